@@ -1,0 +1,223 @@
+"""The ``contactopt`` command line: ``models``, ``simulate``, ``bench``, ``run``.
+
+Every user error is one line on stderr (``contactopt: error: ...``) and exit
+status 1; usage errors exit 2 (argparse); an interrupt exits 130 and leaves no
+partial output files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import __version__
+from .errors import ContactoptError, ParameterError
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for documentation and tests)."""
+    p = argparse.ArgumentParser(
+        prog="contactopt",
+        description="Optimization-based control through contact on MuJoCo models.",
+    )
+    p.add_argument("--version", action="version", version=f"contactopt {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    m = sub.add_parser("models", help="list the bundled models")
+    m.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    m.set_defaults(func=cmd_models)
+
+    s = sub.add_parser("simulate", help="simulate a model passively with MuJoCo (video, plots, JSON)")
+    s.add_argument("model", metavar="MODEL_OR_PATH", help="bundled model name or MJCF/URDF file")
+    s.add_argument("--seconds", type=float, default=5.0, help="simulated duration in seconds (default 5)")
+    s.add_argument("--timestep", type=float, default=None, help="override the model's time step [s]")
+    s.add_argument("--keyframe", default="home", help="initial keyframe name (default: home, else qpos0)")
+    s.add_argument("--video", type=Path, default=None, metavar="PATH", help="write an H.264 MP4 here")
+    s.add_argument("--plot", type=Path, default=None, metavar="PATH",
+                   help="write a PNG of energy, contact count and normal force")
+    s.add_argument("--json", action="store_true", help="print a JSON summary")
+    s.add_argument("--camera", default="video", help="camera name (default: 'video', else automatic)")
+    s.add_argument("--width", type=int, default=640, help="video width in pixels (default 640)")
+    s.add_argument("--height", type=int, default=480, help="video height in pixels (default 480)")
+    s.add_argument("--fps", type=float, default=30.0, help="video frame rate (default 30)")
+    s.set_defaults(func=cmd_simulate)
+
+    b = sub.add_parser("bench", help="run a named benchmark (table, or JSON with --json)")
+    b.add_argument("name", nargs="?", metavar="NAME", help="benchmark name; omit to list them")
+    b.add_argument("--model", action="append", metavar="PATH",
+                   help="model name or file to benchmark (repeatable; default: the benchmark's set)")
+    b.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    b.add_argument("--out", type=Path, default=None, metavar="FILE", help="also write the JSON to FILE")
+    b.add_argument("--min-time", type=float, default=0.2,
+                   help="seconds spent timing each measurement (default 0.2)")
+    b.set_defaults(func=cmd_bench)
+
+    r = sub.add_parser("run", help="run a task with a planner (lists the tasks when none is given)")
+    r.add_argument("task", nargs="?", metavar="TASK")
+    r.add_argument("--planner", default=None)
+    r.add_argument("--seconds", type=float, default=None)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--video", type=Path, default=None, metavar="PATH")
+    r.add_argument("--plot", type=Path, default=None, metavar="PATH")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``contactopt`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    warnings = _capture_mujoco_warnings()
+    try:
+        status = int(args.func(args) or 0)
+    except ContactoptError as exc:
+        # The error already says what went wrong; MuJoCo's own warnings about it are noise.
+        print(f"contactopt: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("contactopt: interrupted", file=sys.stderr)
+        return 130
+    for message in dict.fromkeys(warnings):
+        print(f"contactopt: mujoco warning: {message}", file=sys.stderr)
+    return status
+
+
+def _capture_mujoco_warnings() -> list[str]:
+    """Route MuJoCo's warnings (otherwise printed and appended to MUJOCO_LOG.TXT in the
+    current directory) into a list that :func:`main` reports once, one line each."""
+    import mujoco
+
+    collected: list[str] = []
+    mujoco.set_mju_user_warning(lambda msg: collected.append(" ".join(str(msg).split())))
+    return collected
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_models(args) -> int:
+    """``contactopt models``: name, nq, nv, nu, description of each bundled model."""
+    from .model import load_model
+    from .models import BUNDLED_MODELS
+
+    rows = []
+    for info in BUNDLED_MODELS.values():
+        m = load_model(info.name)
+        rows.append({
+            "name": info.name, "nq": m.nq, "nv": m.nv, "nu": m.nu,
+            "timestep": m.opt.timestep, "description": info.description, "source": info.source,
+            "path": str(info.path),
+        })
+    if args.json:
+        print(json.dumps({"models": rows}, indent=2))
+        return 0
+    from .bench import format_table
+
+    print(format_table(rows, [("name", "name", "{}"), ("nq", "nq", "{}"), ("nv", "nv", "{}"),
+                              ("nu", "nu", "{}"), ("timestep", "h [s]", "{:g}"),
+                              ("description", "  description", "  {}")]))
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    """``contactopt simulate``: passive MuJoCo simulation with optional video, plot and JSON."""
+    from .model import load_model, num_steps
+    from .simulate import simulate
+
+    model = load_model(args.model, timestep=args.timestep)
+    num_steps(args.seconds, model.opt.timestep)  # validate the duration before opening outputs
+    if args.fps <= 0:
+        raise ParameterError(f"--fps must be positive, got {args.fps}")
+    for flag, path in (("--video", args.video), ("--plot", args.plot)):
+        if path is not None and not path.parent.exists():
+            raise ParameterError(f"{flag}: directory {path.parent} does not exist")
+    if args.plot is not None and args.plot.suffix.lower() != ".png":
+        raise ParameterError(f"--plot path must end in .png, got {args.plot}")
+
+    if args.video is None:
+        result = simulate(model, args.seconds, keyframe=args.keyframe)
+    else:
+        from .render import OffscreenRenderer, VideoWriter
+
+        if args.width <= 0 or args.height <= 0 or args.width % 2 or args.height % 2:
+            raise ParameterError(f"--width and --height must be positive and even for H.264 video, "
+                                 f"got {args.width}x{args.height}")
+        from .simulate import frame_stride
+
+        # Play back in real time: the writer's rate is the true sampling rate of the frames.
+        video_fps = 1.0 / (frame_stride(model.opt.timestep, args.fps) * model.opt.timestep)
+        with VideoWriter(args.video, fps=video_fps) as writer:
+            with OffscreenRenderer(model, args.width, args.height, camera=args.camera) as renderer:
+                result = simulate(model, args.seconds, keyframe=args.keyframe,
+                                  frame_callback=lambda d: writer.append(renderer.render(d)),
+                                  frame_rate=args.fps)
+    if args.plot is not None:
+        from .plots import plot_simulation
+
+        plot_simulation(result, args.plot)
+    summary = result.summary()
+    summary["video"] = str(args.video) if args.video else None
+    summary["plot"] = str(args.plot) if args.plot else None
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{summary['model']}: {summary['steps']} steps of {summary['timestep'] * 1e3:g} ms "
+              f"({summary['seconds']:g} s simulated in {summary['wall_time_s']:.2f} s, "
+              f"{summary['realtime_factor']:.1f}x real time)")
+        print(f"  energy {summary['energy_initial']:.3f} J -> {summary['energy_final']:.3f} J; "
+              f"contacts at end: {summary['contacts_final']} (max {summary['contacts_max']}); "
+              f"max normal force {summary['normal_force_max']:.1f} N")
+        for key in ("video", "plot"):
+            if summary[key]:
+                extra = f" ({result.video_frames} frames)" if key == "video" else ""
+                print(f"  wrote {summary[key]}{extra}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    """``contactopt bench NAME``: run a registered benchmark."""
+    from .bench import available_benchmarks, get_benchmark
+
+    if args.name is None:
+        for name, bench in sorted(available_benchmarks().items()):
+            print(f"{name:12s} {bench.description}")
+        return 0
+    bench = get_benchmark(args.name)
+    if not args.min_time > 0:
+        raise ParameterError(f"--min-time must be positive, got {args.min_time}")
+    if args.out is not None and not args.out.parent.exists():
+        raise ParameterError(f"--out: directory {args.out.parent} does not exist")
+    result = bench.run(args.model, min_time=args.min_time)
+    text = json.dumps(result, indent=2)
+    if args.out is not None:
+        from .render import atomic_output
+
+        with atomic_output(args.out) as tmp:
+            tmp.write_text(text + "\n")
+    print(text if args.json else bench.table(result))
+    return 0
+
+
+def cmd_run(args) -> int:
+    """``contactopt run TASK``: reserved for the planners; lists the registered tasks."""
+    from .tasks import available_tasks, load_task
+
+    tasks = available_tasks()
+    if args.task is None:
+        if not tasks:
+            print("No tasks are registered yet: the planners (iLQG, IDTO, goal-directed dynamics) "
+                  "add them. Try `contactopt simulate MODEL` meanwhile.")
+        for name, spec in sorted(tasks.items()):
+            print(f"{name:20s} {spec.model:12s} {'/'.join(spec.planners):12s} {spec.description}")
+        return 0
+    spec = load_task(args.task)
+    raise ContactoptError(f"task {spec.name!r} has no runner yet")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Exceptions raised by contactopt, and small input validators shared by all modules.
+
+Every error a user can cause by bad input derives from :class:`ContactoptError`,
+so a caller (or the CLI) can catch one class.  The subclasses also derive from
+the matching builtin (``ValueError``, ``FileNotFoundError``, ...), so code that
+already catches those keeps working.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+__all__ = [
+    "ContactoptError",
+    "ModelNotFoundError",
+    "ModelLoadError",
+    "ShapeError",
+    "NonFiniteError",
+    "ParameterError",
+    "RenderError",
+    "as_array",
+    "check_positive",
+    "check_nonnegative",
+]
+
+
+class ContactoptError(Exception):
+    """Base class of every error contactopt raises for bad input or a failed step."""
+
+
+class ModelNotFoundError(ContactoptError, FileNotFoundError):
+    """A model name that is not bundled, or a model file that does not exist."""
+
+
+class ModelLoadError(ContactoptError, ValueError):
+    """A model file exists but MuJoCo could not compile it (malformed XML, bad attribute, ...)."""
+
+
+class ShapeError(ContactoptError, ValueError):
+    """An array argument has the wrong shape."""
+
+
+class NonFiniteError(ContactoptError, ValueError):
+    """An array or scalar argument contains NaN or infinity."""
+
+
+class ParameterError(ContactoptError, ValueError):
+    """A scalar parameter is outside its allowed range (negative duration, zero time step, ...)."""
+
+
+class RenderError(ContactoptError, RuntimeError):
+    """Offscreen rendering is not possible on this machine (no EGL / OSMesa)."""
+
+
+def as_array(
+    name: str,
+    value,
+    shape: Sequence[int | None] | None = None,
+    *,
+    finite: bool = True,
+    dtype=np.float64,
+) -> np.ndarray:
+    """Convert ``value`` to a C-contiguous array and validate it.
+
+    Args:
+      name: argument name used in error messages (e.g. ``"qpos"``).
+      value: array-like input.
+      shape: expected shape; ``None`` entries match any length.  ``None`` skips the check.
+      finite: if true, NaN or infinite entries raise :class:`NonFiniteError`.
+      dtype: dtype of the returned array.
+
+    Returns:
+      ``np.ascontiguousarray(value, dtype)`` with the requested shape.
+
+    Raises:
+      ShapeError: wrong number of dimensions or wrong length along an axis.
+      NonFiniteError: NaN or infinity where ``finite`` is true (the message gives the first index).
+    """
+    try:
+        arr = np.ascontiguousarray(value, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise ShapeError(f"{name}: cannot convert to a numeric array ({exc})") from None
+    if shape is not None:
+        want = tuple(shape)
+        if arr.ndim != len(want) or any(w is not None and w != g for w, g in zip(want, arr.shape)):
+            pretty = "(" + ", ".join("*" if w is None else str(w) for w in want) + ("," if len(want) == 1 else "") + ")"
+            raise ShapeError(f"{name}: expected shape {pretty}, got {arr.shape}")
+    if finite and arr.size and not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        where = tuple(int(i) for i in bad)
+        raise NonFiniteError(
+            f"{name}: contains a non-finite value ({arr[tuple(bad)]}) at index {where if len(where) != 1 else where[0]}"
+        )
+    return arr
+
+
+def check_positive(name: str, value: float) -> float:
+    """Return ``float(value)`` or raise :class:`ParameterError` unless it is finite and > 0."""
+    v = _as_scalar(name, value)
+    if not v > 0:
+        raise ParameterError(f"{name} must be positive, got {value!r}")
+    return v
+
+
+def check_nonnegative(name: str, value: float) -> float:
+    """Return ``float(value)`` or raise :class:`ParameterError` unless it is finite and >= 0."""
+    v = _as_scalar(name, value)
+    if not v >= 0:
+        raise ParameterError(f"{name} must be non-negative, got {value!r}")
+    return v
+
+
+def _as_scalar(name: str, value) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise NonFiniteError(f"{name} must be finite, got {value!r}")
+    return v

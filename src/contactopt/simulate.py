@@ -1,0 +1,234 @@
+"""Plain MuJoCo simulation with recording: the plant every planner is tested against.
+
+:func:`simulate` steps a model with MuJoCo's own contact model, optionally under a
+controller, records states, energy, contact count and total normal contact force
+at every step, and can render a video at the same time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import mujoco
+import numpy as np
+
+from .errors import ContactoptError, as_array
+from .model import model_name, num_steps, reset_to_keyframe
+from .progress import progress_bar
+
+__all__ = ["SimulationResult", "SimulationError", "simulate", "total_normal_force", "frame_stride"]
+
+Controller = Callable[[mujoco.MjModel, mujoco.MjData], "np.ndarray | None"]
+
+
+class SimulationError(ContactoptError, RuntimeError):
+    """The simulation diverged (NaN, or MuJoCo's instability reset); ``result`` holds the steps before."""
+
+    def __init__(self, message: str, result: "SimulationResult | None" = None):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class SimulationResult:
+    """Recorded trajectory of :func:`simulate`.  ``N`` steps give ``N + 1`` samples.
+
+    Attributes:
+      model: model name.
+      timestep: step size h in seconds.
+      time: ``(N+1,)`` seconds.
+      qpos: ``(N+1, nq)``; qvel: ``(N+1, nv)``; ctrl: ``(N, nu)`` applied controls.
+      potential_energy, kinetic_energy: ``(N+1,)`` joules (MuJoCo's ``mjENBL_ENERGY``).
+      contact_count: ``(N+1,)`` active contacts.
+      normal_force: ``(N+1,)`` sum of contact normal forces in newtons.
+      video_frames: number of frames rendered (0 without video).
+      wall_time: seconds of wall-clock time spent.
+    """
+
+    model: str
+    timestep: float
+    time: np.ndarray
+    qpos: np.ndarray
+    qvel: np.ndarray
+    ctrl: np.ndarray
+    potential_energy: np.ndarray
+    kinetic_energy: np.ndarray
+    contact_count: np.ndarray
+    normal_force: np.ndarray
+    video_frames: int = 0
+    wall_time: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def total_energy(self) -> np.ndarray:
+        """``(N+1,)`` potential + kinetic energy in joules."""
+        return self.potential_energy + self.kinetic_energy
+
+    @property
+    def steps(self) -> int:
+        """Number of simulation steps N."""
+        return len(self.time) - 1
+
+    def summary(self) -> dict:
+        """JSON-ready summary (final state, energy, contacts, timing)."""
+        duration = float(self.time[-1])
+        e = self.total_energy
+        return {
+            "model": self.model,
+            "seconds": duration,
+            "timestep": self.timestep,
+            "steps": self.steps,
+            "energy_initial": float(e[0]),
+            "energy_final": float(e[-1]),
+            "energy_max_rise": float(np.max(e) - e[0]),
+            "contacts_max": int(self.contact_count.max(initial=0)),
+            "contacts_final": int(self.contact_count[-1]),
+            "normal_force_max": float(self.normal_force.max(initial=0.0)),
+            "final_qpos": [float(x) for x in self.qpos[-1]],
+            "video_frames": self.video_frames,
+            "wall_time_s": self.wall_time,
+            "realtime_factor": duration / self.wall_time if self.wall_time > 0 else math.inf,
+        }
+
+
+def total_normal_force(model: mujoco.MjModel, data: mujoco.MjData) -> float:
+    """Sum of the normal components (N) of all active contact forces in ``data``."""
+    out = np.zeros(6)
+    total = 0.0
+    for i in range(data.ncon):
+        mujoco.mj_contactForce(model, data, i, out)
+        total += out[0]
+    return total
+
+
+def frame_stride(timestep: float, frame_rate: float) -> int:
+    """Steps between rendered frames: ``max(1, round(1 / (frame_rate · timestep)))``.
+
+    The true frame rate of the video is then ``1 / (stride · timestep)``.
+    """
+    return max(1, int(round(1.0 / (frame_rate * timestep))))
+
+
+def simulate(
+    model: mujoco.MjModel,
+    seconds: float,
+    *,
+    qpos=None,
+    qvel=None,
+    keyframe: str | int | None = "home",
+    controller: Controller | None = None,
+    frame_callback: Callable[[mujoco.MjData], None] | None = None,
+    frame_rate: float = 30.0,
+    progress: bool | None = None,
+) -> SimulationResult:
+    """Simulate ``model`` for ``seconds`` with MuJoCo's own dynamics (``mj_step``).
+
+    The initial state is the keyframe ``keyframe`` (default ``"home"``, falling back
+    to ``qpos0``), overridden by ``qpos``/``qvel`` when given.  Controls are zero
+    unless ``controller(model, data)`` returns a ``(nu,)`` array before each step
+    (clamped to the control range by MuJoCo).
+
+    Args:
+      model: the model (its ``mjENBL_ENERGY`` flag is switched on for the run and restored).
+      seconds: duration, ≥ 0.
+      qpos, qvel: optional ``(nq,)`` / ``(nv,)`` initial state (validated, finite).
+      keyframe: keyframe name or index, or None for ``qpos0``.
+      controller: optional feedback law.
+      frame_callback: called with ``data`` (kinematics up to date) at ``frame_rate``; used to render video.
+      frame_rate: frames per second for ``frame_callback``.
+      progress: show a progress bar (None: only when stderr is a terminal).
+
+    Returns:
+      :class:`SimulationResult`.
+
+    Raises:
+      ParameterError: negative/non-finite duration, unknown keyframe.
+      ShapeError, NonFiniteError: bad ``qpos``/``qvel``/controls.
+      SimulationError: the state became non-finite or MuJoCo flagged a bad acceleration.
+    """
+    h = float(model.opt.timestep)
+    n = num_steps(seconds, h)
+    data = mujoco.MjData(model)
+    reset_to_keyframe(model, data, keyframe)
+    if qpos is not None:
+        data.qpos[:] = as_array("qpos", qpos, (model.nq,))
+    if qvel is not None:
+        data.qvel[:] = as_array("qvel", qvel, (model.nv,))
+    stride = frame_stride(h, frame_rate) if frame_callback else 0
+
+    name = model_name(model)
+    old_flags = model.opt.enableflags
+    model.opt.enableflags |= int(mujoco.mjtEnableBit.mjENBL_ENERGY)
+    rec = _Recorder(model, n)
+    bad_qacc = int(mujoco.mjtWarning.mjWARN_BADQACC)
+    frames = 0
+    start = time.perf_counter()
+    try:
+        mujoco.mj_forward(model, data)
+        with progress_bar(total=n, desc=f"simulate {name}", unit="step", enable=progress) as bar:
+            for k in range(n):
+                if stride and k % stride == 0:
+                    if k:
+                        mujoco.mj_forward(model, data)  # kinematics of the new state for the frame
+                    frame_callback(data)
+                    frames += 1
+                rec.state(k, data)
+                if controller is not None:
+                    u = controller(model, data)
+                    if u is not None:
+                        data.ctrl[:] = as_array("controller output", u, (model.nu,))
+                rec.ctrl[k] = data.ctrl
+                mujoco.mj_step(model, data)
+                rec.derived(k, model, data)
+                if data.warning[bad_qacc].number or not np.isfinite(data.qpos).all():
+                    rec.state(k + 1, data)
+                    rec.energy[k + 1] = np.nan
+                    result = rec.result(name, h, k + 1, frames, time.perf_counter() - start)
+                    raise SimulationError(
+                        f"simulation of {name} diverged at t = {k * h:.4f} s "
+                        "(non-finite acceleration); try a smaller time step", result)
+                bar.update(1)
+        mujoco.mj_forward(model, data)
+        rec.state(n, data)
+        rec.derived(n, model, data)
+        if stride and n % stride == 0:
+            frame_callback(data)
+            frames += 1
+    finally:
+        model.opt.enableflags = old_flags
+    return rec.result(name, h, n, frames, time.perf_counter() - start)
+
+
+class _Recorder:
+    """Preallocated buffers for :func:`simulate`; ``derived`` values refer to the pre-step state."""
+
+    def __init__(self, model, n):
+        self.qpos = np.empty((n + 1, model.nq))
+        self.qvel = np.empty((n + 1, model.nv))
+        self.ctrl = np.zeros((n, model.nu))
+        self.energy = np.empty((n + 1, 2))
+        self.ncon = np.zeros(n + 1, dtype=np.int64)
+        self.force = np.zeros(n + 1)
+
+    def state(self, k, data):
+        self.qpos[k] = data.qpos
+        self.qvel[k] = data.qvel
+
+    def derived(self, k, model, data):
+        # After mj_step, energy/contacts/forces describe the state before integration (sample k);
+        # after the final mj_forward they describe sample n.
+        self.energy[k] = data.energy
+        self.ncon[k] = data.ncon
+        self.force[k] = total_normal_force(model, data)
+
+    def result(self, name, h, n, frames, wall):
+        return SimulationResult(
+            model=name, timestep=h, time=np.arange(n + 1) * h,
+            qpos=self.qpos[: n + 1].copy(), qvel=self.qvel[: n + 1].copy(), ctrl=self.ctrl[:n].copy(),
+            potential_energy=self.energy[: n + 1, 0].copy(), kinetic_energy=self.energy[: n + 1, 1].copy(),
+            contact_count=self.ncon[: n + 1].copy(), normal_force=self.force[: n + 1].copy(),
+            video_frames=frames, wall_time=wall,
+        )

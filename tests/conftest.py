@@ -1,0 +1,74 @@
+"""Shared fixtures: small hand-written models exercising every joint type."""
+
+import mujoco
+import numpy as np
+import pytest
+
+# A free body, a ball joint, a hinge with a geared motor, a slide, a tendon-driven
+# hinge pair and a position servo: every transmission/joint kind the helpers handle.
+MIXED_JOINTS_XML = """
+<mujoco model="mixed">
+  <option timestep="0.002"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 .1"/>
+    <body name="free" pos="0 0 1">
+      <freejoint/>
+      <geom type="box" size=".1 .2 .05" mass="2"/>
+      <body name="ball" pos="0 0 -.2">
+        <joint name="ball" type="ball" damping=".1"/>
+        <geom type="capsule" fromto="0 0 0 0 0 -.3" size=".04"/>
+        <body name="elbow" pos="0 0 -.3">
+          <joint name="hinge" type="hinge" axis="0 1 0" range="-2 2" damping=".1"/>
+          <geom type="capsule" fromto="0 0 0 .3 0 0" size=".03"/>
+          <body name="slider" pos=".3 0 0">
+            <joint name="slide" type="slide" axis="1 0 0" range="-.1 .1"/>
+            <geom type="sphere" size=".05"/>
+            <site name="tip"/>
+          </body>
+        </body>
+      </body>
+    </body>
+    <body name="pendulum" pos="1 0 1">
+      <joint name="h1" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -.3" size=".03"/>
+      <body pos="0 0 -.3">
+        <joint name="h2" type="hinge" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 0 0 -.3" size=".03"/>
+      </body>
+    </body>
+  </worldbody>
+  <tendon>
+    <fixed name="couple"><joint joint="h1" coef="1"/><joint joint="h2" coef="-0.5"/></fixed>
+  </tendon>
+  <actuator>
+    <motor name="hinge_motor" joint="hinge" gear="3" ctrlrange="-1 1"/>
+    <position name="slide_servo" joint="slide" kp="50" ctrlrange="-.1 .1"/>
+    <motor name="tendon_motor" tendon="couple" gear="2" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+
+
+@pytest.fixture
+def mixed_model():
+    return mujoco.MjModel.from_xml_string(MIXED_JOINTS_XML)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def random_configuration(model, rng):
+    """A random valid configuration: qpos0 perturbed on the manifold."""
+    q = model.qpos0.copy()
+    mujoco.mj_integratePos(model, q, rng.normal(scale=0.7, size=model.nv), 1.0)
+    return q
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_mujoco_warnings():
+    """Keep MuJoCo from writing MUJOCO_LOG.TXT into the working directory during tests."""
+    collected = []
+    mujoco.set_mju_user_warning(collected.append)
+    yield collected
