@@ -1,0 +1,23 @@
+"""Contact-space geometry and contact models (joint limits and contacts as rows of a contact Jacobian).
+
+* :mod:`.geometry` — active joint limits and contacts of a MuJoCo state within a
+  distance ``w_max``: Jacobian rows (t1, t2, normal), distances, friction, frames.
+* :mod:`.convex` — the convex, smooth, invertible contact model (Todorov 2011):
+  forward ``(A, c) → (f, v)`` and inverse ``(A, v) → (f, c)`` by a primal
+  interior-point Newton method at fixed κ, single and batched (numba).
+"""
+
+from .convex import (
+    BatchSolution,
+    ContactBatch,
+    ContactSolution,
+    ContactStatus,
+    ConvexContactModel,
+    velocity_barrier,
+)
+from .geometry import ContactSpace, contact_space
+
+__all__ = [
+    "BatchSolution", "ContactBatch", "ContactSolution", "ContactStatus", "ConvexContactModel",
+    "velocity_barrier", "ContactSpace", "contact_space",
+]
