@@ -61,3 +61,23 @@ def test_divergence_is_reported_not_silent():
         contactopt.simulate(model, 100.0)
     partial = info.value.result
     assert partial is not None and partial.steps < 1000
+
+
+@pytest.mark.parametrize("name, cone", [("humanoid", "pyramidal"), ("humanoid", "elliptic"), ("hand", "pyramidal")])
+def test_total_normal_force_matches_mj_contact_force(name, cone):
+    """The vectorized reading of efc_force equals the per-contact mj_contactForce sum."""
+    from contactopt.simulate import total_normal_force
+
+    model = contactopt.load_model(name)
+    model.opt.cone = getattr(mujoco.mjtCone, f"mjCONE_{cone.upper()}")
+    data = mujoco.MjData(model)
+    contactopt.reset_to_keyframe(model, data, "lying" if name == "humanoid" else "home")
+    for _ in range(100):
+        mujoco.mj_step(model, data)
+    assert data.ncon > 0
+    out = np.zeros(6)
+    reference = 0.0
+    for i in range(data.ncon):
+        mujoco.mj_contactForce(model, data, i, out)
+        reference += out[0]
+    assert total_normal_force(model, data) == pytest.approx(reference, rel=1e-12, abs=1e-12)

@@ -95,13 +95,27 @@ class SimulationResult:
 
 
 def total_normal_force(model: mujoco.MjModel, data: mujoco.MjData) -> float:
-    """Sum of the normal components (N) of all active contact forces in ``data``."""
-    out = np.zeros(6)
-    total = 0.0
-    for i in range(data.ncon):
-        mujoco.mj_contactForce(model, data, i, out)
-        total += out[0]
-    return total
+    """Sum of the normal components (N) of all active contact forces in ``data``.
+
+    Read straight from ``efc_force`` (no per-contact call): with elliptic cones the
+    normal force is the contact's first constraint row; with pyramidal cones it is
+    the sum of its ``2(condim − 1)`` pyramid-edge forces (as ``mj_contactForce`` decodes it).
+    """
+    ncon = data.ncon
+    if ncon == 0:
+        return 0.0
+    contact = data.contact
+    adr = contact.efc_address[:ncon]
+    active = adr >= 0
+    if not active.any():
+        return 0.0
+    adr = adr[active]
+    if model.opt.cone == int(mujoco.mjtCone.mjCONE_ELLIPTIC):
+        return float(data.efc_force[adr].sum())
+    dim = contact.dim[:ncon][active]
+    rows = np.maximum(2 * (dim - 1), 1)  # frictionless contacts have one row
+    idx = np.repeat(adr, rows) + (np.arange(rows.sum()) - np.repeat(np.cumsum(rows) - rows, rows))
+    return float(data.efc_force[idx].sum())
 
 
 def frame_stride(timestep: float, frame_rate: float) -> int:

@@ -194,34 +194,30 @@ class ConvexContactModel:
           parallel: spread problems over numba threads.
         """
         c = as_array("c", c, (batch.size,))
-        f, warm = _init(batch, f_init)
-        v = np.empty(batch.size)
-        iters = np.zeros(batch.count, dtype=np.int64)
-        status = np.zeros(batch.count, dtype=np.int64)
-        fn = K.forward_batch_parallel if parallel else K.forward_batch
-        fn(batch.A_flat, batch.a_offsets, c, batch.R, batch.friction, batch.v_min,
-           batch.n_limits, batch.n_contacts, batch.offsets, batch.contact_offsets, batch.normal_offsets,
-           self.kappa, self.q, self.tol, int(self.max_iter), f, v, warm, iters, status)
+        f, v, iters, status = self._run(K.forward_batch_parallel if parallel else K.forward_batch,
+                                        batch, c, f_init)
         return BatchSolution(batch, f, v, c, status, iters)
 
     def inverse_batch(self, batch: "ContactBatch", v, *, f_init=None, parallel: bool = False) -> "BatchSolution":
         """Inverse-solve every problem of ``batch`` in one compiled call; ``v (batch.size,)``."""
         v = as_array("v", v, (batch.size,))
-        f, warm = _init(batch, f_init)
-        c = np.empty(batch.size)
-        iters = np.zeros(batch.count, dtype=np.int64)
-        status = np.zeros(batch.count, dtype=np.int64)
-        fn = K.inverse_batch_parallel if parallel else K.inverse_batch
-        fn(batch.A_flat, batch.a_offsets, v, batch.R, batch.friction, batch.v_min,
-           batch.n_limits, batch.n_contacts, batch.offsets, batch.contact_offsets, batch.normal_offsets,
-           self.kappa, self.q, self.tol, int(self.max_iter), f, c, warm, iters, status)
+        f, c, iters, status = self._run(K.inverse_batch_parallel if parallel else K.inverse_batch,
+                                        batch, v, f_init)
         return BatchSolution(batch, f, v, c, status, iters)
 
-
-def _init(batch, f_init):
-    if f_init is None:
-        return np.zeros(batch.size), False
-    return as_array("f_init", f_init, (batch.size,)).copy(), True
+    def _run(self, kernel, batch, given, f_init):
+        """Call a batch kernel; returns (f, the other velocity vector, iterations, status)."""
+        if f_init is None:
+            f, warm = np.zeros(batch.size), False
+        else:
+            f, warm = as_array("f_init", f_init, (batch.size,)).copy(), True
+        other = np.empty(batch.size)
+        iters = np.zeros(batch.count, dtype=np.int64)
+        status = np.zeros(batch.count, dtype=np.int64)
+        kernel(batch.A_flat, batch.a_offsets, given, batch.R, batch.friction, batch.v_min,
+               batch.n_limits, batch.n_contacts, batch.offsets, batch.contact_offsets, batch.normal_offsets,
+               self.kappa, self.q, self.tol, int(self.max_iter), f, other, warm, iters, status)
+        return f, other, iters, status
 
 
 class ContactBatch:
