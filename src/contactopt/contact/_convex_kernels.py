@@ -35,6 +35,8 @@ STATUS_MAX_ITER = 1
 STATUS_NUMERICAL = 2
 
 _BOUNDARY_FRACTION = 0.99
+# contacts whose tangential impulse exceeds this fraction of the cone radius take polar steps
+_POLAR_FRACTION = 0.5
 _INF = np.inf
 
 
@@ -269,6 +271,27 @@ def forward_solve(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, warm
 
 
 @njit(cache=True)
+def _trial_point(f, step, alpha, nl, nc, curved, drho, dtheta, out):
+    """``out = f + α·step``, except that sliding contacts move along the polar curve
+    ``ρ + α dρ, θ + α dθ`` (tangent to the Newton step at α = 0, so the local
+    quadratic convergence is kept).  A straight step would leave the curved cone
+    surface after a chord of length ~√(2ρ·gap), which limits how fast the sliding
+    direction can turn: the crawl along the cone boundary this step avoids."""
+    for i in range(nl + 3 * nc):
+        out[i] = f[i] + alpha * step[i]
+    for k in range(nc):
+        if curved[k]:
+            o = nl + 3 * k
+            x, y = f[o], f[o + 1]
+            rho = math.sqrt(x * x + y * y)
+            theta = math.atan2(y, x)
+            r = rho + alpha * drho[k]
+            t = theta + alpha * dtheta[k]
+            out[o] = r * math.cos(t)
+            out[o + 1] = r * math.sin(t)
+
+
+@njit(cache=True)
 def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, warm):
     n = nl + 3 * nc
     m = nl + nc
@@ -281,6 +304,9 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
     d2 = np.empty(m)
     g3 = np.empty(3)
     H3 = np.empty((3, 3))
+    curved = np.zeros(nc, dtype=np.bool_)
+    drho = np.empty(nc)
+    dtheta = np.empty(nc)
     if not warm:
         _forward_guess(A, c, R, vmin, nl, nc, kappa, q, H, g, f)
     for i in range(nl):
@@ -357,7 +383,28 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
                     amax = a
         for k in range(nc):
             o = nl + 3 * k
-            a = _cone_step(f[o], f[o + 1], f[o + 2], step[o], step[o + 1], step[o + 2], mu[k])
+            x, y, z = f[o], f[o + 1], f[o + 2]
+            rho = math.sqrt(x * x + y * y)
+            if mu[k] > 0.0 and rho >= _POLAR_FRACTION * mu[k] * z:
+                # sliding contact: polar step, linear in (ρ, z), so the cone bound is linear in α
+                curved[k] = True
+                cth, sth = x / rho, y / rho
+                drho[k] = cth * step[o] + sth * step[o + 1]
+                dtheta[k] = (cth * step[o + 1] - sth * step[o]) / rho
+                a = _INF
+                gap = mu[k] * z - rho
+                dgap = mu[k] * step[o + 2] - drho[k]
+                if dgap < 0.0:
+                    a = -gap / dgap
+                gap = mu[k] * z + rho
+                dgap = mu[k] * step[o + 2] + drho[k]
+                if dgap < 0.0:
+                    a = min(a, -gap / dgap)
+                if step[o + 2] < 0.0:
+                    a = min(a, -z / step[o + 2])
+            else:
+                curved[k] = False
+                a = _cone_step(x, y, z, step[o], step[o + 1], step[o + 2], mu[k])
             if a < amax:
                 amax = a
         alpha = 1.0 if amax > 1.0 / _BOUNDARY_FRACTION else _BOUNDARY_FRACTION * amax
@@ -375,8 +422,7 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
         # safeguard (rarely active): halve the step until the cost does not increase
         accepted = False
         for _ in range(30):
-            for i in range(n):
-                ftrial[i] = f[i] + alpha * step[i]
+            _trial_point(f, step, alpha, nl, nc, curved, drho, dtheta, ftrial)
             new = _forward_objective(A, c, R, ftrial, mu, vmin, nl, nc, kappa, q, Af)
             if new <= obj + 1e-12 * (abs(obj) + kappa * n):
                 accepted = True
