@@ -78,6 +78,34 @@ def test_ball_contact_iff_closer_than_w_max(z, w_max, rng):
     np.testing.assert_allclose(cs.J[:2] @ qvel, cs.frames[0, :2] @ v_point, atol=1e-12)
 
 
+MULTI_GEOM_BODY_XML = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="1 1 0.1"/>
+    <body name="torso" pos="0 0 0.5">
+      <freejoint/>
+      <geom name="chest" type="capsule" fromto="0 -0.1 0 0 0.1 0" size="0.1"/>
+      <geom name="head" type="sphere" pos="0 0 0.3" size="0.08"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("gap", [0.0005, 0.01, 0.09])
+def test_geoms_of_multi_geom_bodies_are_found_within_w_max(gap):
+    """Regression: MuJoCo's midphase uses per-body boxes compiled with the model's own (zero)
+    margins, which hid a capsule of a multi-geom body lying a hair above the floor."""
+    model = mujoco.MjModel.from_xml_string(MULTI_GEOM_BODY_XML)
+    data = mujoco.MjData(model)
+    data.qpos[2] = 0.1 + gap
+    cs = contact_space(model, data, 0.1)
+    chest = model.geom("chest").id
+    found = [d for (g1, g2), d in zip(cs.geoms, cs.distance) if chest in (g1, g2)]
+    assert len(found) >= 1
+    np.testing.assert_allclose(found, gap, atol=1e-9)
+
+
 def test_ball_does_not_need_forward_and_leaves_data_alone():
     model = contactopt.load_model("ball")
     data = mujoco.MjData(model)
@@ -148,6 +176,7 @@ def test_humanoid_rows_match_mujoco_constraint_jacobian(rng):
     ref.geom_margin[:] = w_max / 2  # MuJoCo adds the two geoms' margins
     ref.opt.cone = int(mujoco.mjtCone.mjCONE_ELLIPTIC)
     ref.opt.jacobian = int(mujoco.mjtJacobian.mjJAC_DENSE)
+    ref.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_MIDPHASE)  # its boxes ignore run-time margins
     d = mujoco.MjData(ref)
     d.qpos[:] = data.qpos
     mujoco.mj_forward(ref, d)

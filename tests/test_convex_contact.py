@@ -164,8 +164,12 @@ def test_bad_problem_input():
     bad[0, 1] += 1.0
     with pytest.raises(ParameterError, match=r"A\[0\]: not symmetric"):
         model.forward(bad, c, **ok)
-    with pytest.raises(ParameterError, match=r"A\[0\]: not positive definite"):
+    with pytest.raises(ParameterError, match=r"A\[0\]: not positive semidefinite"):
         model.forward(A - 10 * np.eye(7), c, **ok)
+    # a singular PSD A (more contact rows than degrees of freedom) is valid: A + R is SPD
+    G = rng.normal(size=(7, 4))
+    singular = model.forward(G @ G.T, c, **ok)
+    assert singular.converged
     with pytest.raises(ShapeError, match=r"c: expected shape \(7,\)"):
         model.forward(A, np.zeros(6), **ok)
     with pytest.raises(ShapeError, match=r"A\[0\]: size 7 is not n_limits \(0\)"):

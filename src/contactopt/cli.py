@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--json", action="store_true", help="print JSON instead of a table")
     m.set_defaults(func=cmd_models)
 
-    s = sub.add_parser("simulate", help="simulate a model passively with MuJoCo (video, plots, JSON)")
+    s = sub.add_parser("simulate", help="simulate a model passively (MuJoCo's or the convex contact model)")
     s.add_argument("model", metavar="MODEL_OR_PATH", help="bundled model name or MJCF/URDF file")
     s.add_argument("--seconds", type=float, default=5.0, help="simulated duration in seconds (default 5)")
     s.add_argument("--timestep", type=float, default=None, help="override the model's time step [s]")
@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--width", type=int, default=640, help="video width in pixels (default 640)")
     s.add_argument("--height", type=int, default=480, help="video height in pixels (default 480)")
     s.add_argument("--fps", type=float, default=30.0, help="video frame rate (default 30)")
+    s.add_argument("--contact", choices=("mujoco", "convex"), default="mujoco",
+                   help="contact model: MuJoCo's own (default) or the convex invertible model")
+    s.add_argument("--kappa", type=float, default=None,
+                   help="barrier weight of the convex contact model (default 0.1, the paper's)")
     s.set_defaults(func=cmd_simulate)
 
     b = sub.add_parser("bench", help="run a named benchmark (table, or JSON with --json)")
@@ -55,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", type=Path, default=None, metavar="FILE", help="also write the JSON to FILE")
     b.add_argument("--min-time", type=float, default=0.2,
                    help="seconds spent timing each measurement (default 0.2)")
+    b.add_argument("--plots", type=Path, default=None, metavar="DIR",
+                   help="write the benchmark's PNG figures into this existing directory")
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("run", help="run a task with a planner (lists the tasks when none is given)")
@@ -139,8 +145,16 @@ def cmd_simulate(args) -> int:
     if args.plot is not None and args.plot.suffix.lower() != ".png":
         raise ParameterError(f"--plot path must end in .png, got {args.plot}")
 
+    contact_model = None
+    if args.kappa is not None:
+        if args.contact != "convex":
+            raise ParameterError("--kappa applies to --contact convex only")
+        from .contact import ConvexContactModel
+
+        contact_model = ConvexContactModel(kappa=args.kappa)
+    sim_options = dict(keyframe=args.keyframe, contact=args.contact, contact_model=contact_model)
     if args.video is None:
-        result = simulate(model, args.seconds, keyframe=args.keyframe)
+        result = simulate(model, args.seconds, **sim_options)
     else:
         from .render import OffscreenRenderer, VideoWriter
 
@@ -153,7 +167,7 @@ def cmd_simulate(args) -> int:
         video_fps = 1.0 / (frame_stride(model.opt.timestep, args.fps) * model.opt.timestep)
         with VideoWriter(args.video, fps=video_fps) as writer:
             with OffscreenRenderer(model, args.width, args.height, camera=args.camera) as renderer:
-                result = simulate(model, args.seconds, keyframe=args.keyframe,
+                result = simulate(model, args.seconds, **sim_options,
                                   frame_callback=lambda d: writer.append(renderer.render(d)),
                                   frame_rate=args.fps)
     if args.plot is not None:
@@ -161,12 +175,14 @@ def cmd_simulate(args) -> int:
 
         plot_simulation(result, args.plot)
     summary = result.summary()
+    summary["contact"] = args.contact
+    summary.update({k: v for k, v in result.extra.items() if k.startswith("contact_")})
     summary["video"] = str(args.video) if args.video else None
     summary["plot"] = str(args.plot) if args.plot else None
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"{summary['model']}: {summary['steps']} steps of {summary['timestep'] * 1e3:g} ms "
+        print(f"{summary['model']} ({args.contact} contact): {summary['steps']} steps of {summary['timestep'] * 1e3:g} ms "
               f"({summary['seconds']:g} s simulated in {summary['wall_time_s']:.2f} s, "
               f"{summary['realtime_factor']:.1f}x real time)")
         print(f"  energy {summary['energy_initial']:.3f} J -> {summary['energy_final']:.3f} J; "
@@ -192,7 +208,14 @@ def cmd_bench(args) -> int:
         raise ParameterError(f"--min-time must be positive, got {args.min_time}")
     if args.out is not None and not args.out.parent.exists():
         raise ParameterError(f"--out: directory {args.out.parent} does not exist")
-    result = bench.run(args.model, min_time=args.min_time)
+    options = {}
+    if args.plots is not None:
+        if "plots" not in bench.options:
+            raise ParameterError(f"benchmark {bench.name!r} writes no plots (--plots is not supported)")
+        if not args.plots.is_dir():
+            raise ParameterError(f"--plots: directory {args.plots} does not exist")
+        options["plots"] = args.plots
+    result = bench.run(args.model, min_time=args.min_time, **options)
     text = json.dumps(result, indent=2)
     if args.out is not None:
         from .render import atomic_output

@@ -1,8 +1,10 @@
-"""Plain MuJoCo simulation with recording: the plant every planner is tested against.
+"""Simulation with recording: the plant every planner is tested against.
 
-:func:`simulate` steps a model with MuJoCo's own contact model, optionally under a
-controller, records states, energy, contact count and total normal contact force
-at every step, and can render a video at the same time.
+:func:`simulate` steps a model with MuJoCo's own contact model (``contact="mujoco"``)
+or with the convex invertible contact model in place of MuJoCo's constraint solver
+(``contact="convex"``, :class:`contactopt.contact.ConvexDynamics`), optionally
+under a controller, records states, energy, contact count and total normal
+contact force at every step, and can render a video at the same time.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Callable
 import mujoco
 import numpy as np
 
-from .errors import ContactoptError, as_array
+from .errors import ContactoptError, ParameterError, as_array
 from .model import model_name, num_steps, reset_to_keyframe
 from .progress import progress_bar
 
@@ -137,8 +139,10 @@ def simulate(
     frame_callback: Callable[[mujoco.MjData], None] | None = None,
     frame_rate: float = 30.0,
     progress: bool | None = None,
+    contact: str = "mujoco",
+    contact_model=None,
 ) -> SimulationResult:
-    """Simulate ``model`` for ``seconds`` with MuJoCo's own dynamics (``mj_step``).
+    """Simulate ``model`` for ``seconds``: MuJoCo's own dynamics (``mj_step``) or the convex contact model.
 
     The initial state is the keyframe ``keyframe`` (default ``"home"``, falling back
     to ``qpos0``), overridden by ``qpos``/``qvel`` when given.  Controls are zero
@@ -154,15 +158,26 @@ def simulate(
       frame_callback: called with ``data`` (kinematics up to date) at ``frame_rate``; used to render video.
       frame_rate: frames per second for ``frame_callback``.
       progress: show a progress bar (None: only when stderr is a terminal).
+      contact: ``"mujoco"`` (``mj_step`` with MuJoCo's soft constraints and the model's
+        integrator) or ``"convex"`` (semi-implicit Euler with the convex invertible contact
+        model: :class:`~contactopt.contact.ConvexDynamics`; contact count and normal force
+        are then the convex model's, limits excluded).
+      contact_model: the :class:`~contactopt.contact.ConvexContactModel` for
+        ``contact="convex"`` (default parameters if None).
 
     Returns:
-      :class:`SimulationResult`.
+      :class:`SimulationResult`; with ``contact="convex"``, ``extra`` holds
+      ``contact_unconverged_steps`` and ``contact_iterations_median``.
 
     Raises:
       ParameterError: negative/non-finite duration, unknown keyframe.
       ShapeError, NonFiniteError: bad ``qpos``/``qvel``/controls.
       SimulationError: the state became non-finite or MuJoCo flagged a bad acceleration.
     """
+    if contact not in ("mujoco", "convex"):
+        raise ParameterError(f"contact must be 'mujoco' or 'convex', got {contact!r}")
+    if contact_model is not None and contact != "convex":
+        raise ParameterError("contact_model is only used with contact='convex'")
     h = float(model.opt.timestep)
     n = num_steps(seconds, h)
     data = mujoco.MjData(model)
@@ -180,7 +195,15 @@ def simulate(
     bad_qacc = int(mujoco.mjtWarning.mjWARN_BADQACC)
     frames = 0
     start = time.perf_counter()
+    stepper = None
+    iterations = np.zeros(n, dtype=np.int64)
+    unconverged = 0
     try:
+        if contact == "convex":
+            from .contact.convex import ContactStatus
+            from .contact.convex_dynamics import ConvexDynamics
+
+            stepper = ConvexDynamics(model, contact_model)  # copies the model with energy enabled
         mujoco.mj_forward(model, data)
         with progress_bar(total=n, desc=f"simulate {name}", unit="step", enable=progress) as bar:
             for k in range(n):
@@ -195,9 +218,16 @@ def simulate(
                     if u is not None:
                         data.ctrl[:] = as_array("controller output", u, (model.nu,))
                 rec.ctrl[k] = data.ctrl
-                mujoco.mj_step(model, data)
-                rec.derived(k, model, data)
-                if data.warning[bad_qacc].number or not np.isfinite(data.qpos).all():
+                if stepper is None:
+                    mujoco.mj_step(model, data)
+                    rec.derived(k, model, data)
+                else:
+                    step = stepper.step(data)
+                    rec.convex(k, step)
+                    iterations[k] = step.iterations
+                    unconverged += step.status != ContactStatus.CONVERGED
+                if data.warning[bad_qacc].number or not (np.isfinite(data.qpos).all()
+                                                         and np.isfinite(data.qvel).all()):
                     rec.state(k + 1, data)
                     rec.energy[k + 1] = np.nan
                     result = rec.result(name, h, k + 1, frames, time.perf_counter() - start)
@@ -207,13 +237,24 @@ def simulate(
                 bar.update(1)
         mujoco.mj_forward(model, data)
         rec.state(n, data)
-        rec.derived(n, model, data)
+        if stepper is None:
+            rec.derived(n, model, data)
+        else:  # the derived quantities of the final state, from a step that is not applied
+            rec.convex(n, stepper.forward(data.qpos, data.qvel, ctrl=data.ctrl, qfrc_applied=data.qfrc_applied,
+                                          xfrc_applied=data.xfrc_applied, act=data.act if model.na else None,
+                                          mocap_pos=data.mocap_pos if model.nmocap else None,
+                                          mocap_quat=data.mocap_quat if model.nmocap else None))
         if stride and n % stride == 0:
             frame_callback(data)
             frames += 1
     finally:
         model.opt.enableflags = old_flags
-    return rec.result(name, h, n, frames, time.perf_counter() - start)
+    result = rec.result(name, h, n, frames, time.perf_counter() - start)
+    if stepper is not None:
+        result.extra["contact"] = "convex"
+        result.extra["contact_unconverged_steps"] = int(unconverged)
+        result.extra["contact_iterations_median"] = float(np.median(iterations)) if n else 0.0
+    return result
 
 
 class _Recorder:
@@ -237,6 +278,13 @@ class _Recorder:
         self.energy[k] = data.energy
         self.ncon[k] = data.ncon
         self.force[k] = total_normal_force(model, data)
+
+    def convex(self, k, step):
+        """Derived quantities of sample k from a convex-model :class:`ForwardStep` taken from it."""
+        self.energy[k] = step.energy
+        space = step.problem.space
+        self.ncon[k] = space.n_contacts
+        self.force[k] = float(step.f[space.normal_rows()[space.n_limits:]].sum()) / step.problem.timestep
 
     def result(self, name, h, n, frames, wall):
         return SimulationResult(

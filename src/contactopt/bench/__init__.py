@@ -36,12 +36,14 @@ class Benchmark:
       run: ``run(models, min_time, progress) -> dict``; ``models`` is a list of
         model names/paths or None for the benchmark's default set.
       table: ``table(result) -> str`` readable rendering of the result.
+      options: extra keyword options ``run`` accepts from the command line (e.g. ``"plots"``).
     """
 
     name: str
     description: str
     run: Callable[..., dict]
     table: Callable[[dict], str]
+    options: tuple[str, ...] = ()
 
 
 _BENCHMARKS: dict[str, Benchmark] = {}
@@ -55,7 +57,7 @@ def register_benchmark(bench: Benchmark) -> Benchmark:
 
 def available_benchmarks() -> dict[str, Benchmark]:
     """Registered benchmarks by name (imports the built-in ones)."""
-    from . import mujoco_bench  # noqa: F401  (registers itself)
+    from . import contact_bench, mujoco_bench  # noqa: F401  (register themselves)
 
     return dict(_BENCHMARKS)
 

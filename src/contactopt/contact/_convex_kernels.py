@@ -37,6 +37,10 @@ STATUS_NUMERICAL = 2
 _BOUNDARY_FRACTION = 0.99
 # contacts whose tangential impulse exceeds this fraction of the cone radius take polar steps
 _POLAR_FRACTION = 0.5
+# Newton iterations at the model's κ before the forward solve falls back to continuation
+_DIRECT_ITERATIONS = 50
+# forward problems of at least this size build the Hessian's low-rank term with BLAS
+_BLAS_MIN_SIZE = 24
 _INF = np.inf
 
 
@@ -229,14 +233,16 @@ def _forward_guess(A, c, R, vmin, nl, nc, kappa, q, H, g, f):
         for j in range(n):
             H[i, j] = A[i, j]
         H[i, i] += R[i]
-    for j in range(nl + nc):
+    m = nl + nc
+    Bn = np.empty((n, m))
+    sw = math.sqrt(2.0 * a0)
+    for j in range(m):
         r = _normal_index(j, nl)
         w1 = 2.0 * a0 * (c[r] - vmin[j]) + a1
         for a in range(n):
             g[a] += A[a, r] * w1
-            t = 2.0 * a0 * A[a, r]
-            for b in range(n):
-                H[a, b] += t * A[b, r]
+            Bn[a, j] = A[a, r] * sw
+    H += np.dot(Bn, Bn.T)
     if not _cholesky_solve(H, g, f, n):
         for i in range(n):
             f[i] = 0.0
@@ -247,26 +253,43 @@ def forward_solve(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, warm
     """Forward contact problem (A, c) -> (f, v) in place.  Returns (iterations, status).
 
     ``f`` holds the warm start when ``warm`` is true, else it is initialized here.
-    Newton at the model's κ first; if that fails to converge within ``max_iter``
-    (far-from-solution starts can crawl along the cone boundaries), the solve is
-    repeated as a barrier continuation — κ·10⁴, κ·10³, …, κ, each warm-started from
-    the last — a solver device only: the answer is still the fixed-κ minimizer.
+    Newton at the model's κ first (at most ``_DIRECT_ITERATIONS`` iterations); if that
+    does not converge (a small κ far from the solution makes a pure barrier method
+    take many short steps), the solve is repeated as a barrier continuation: κ_s
+    from the problem's own scale ``max|c, v_min|² / max diag(A + R)`` (at least 10 κ)
+    down to κ by factors of 10, each stage warm-started from the last — a solver
+    device only: the answer is still the fixed-κ minimizer.
     """
     n = nl + 3 * nc
     f0 = f.copy()
-    it, status = _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, warm)
+    it, status = _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol,
+                                 min(max_iter, _DIRECT_ITERATIONS), f, v, warm)
     if status == STATUS_CONVERGED:
         return it, status
     total = it
     for i in range(n):
         f[i] = f0[i]
+    vel = 1e-12
+    for i in range(n):
+        vel = max(vel, abs(c[i]))
+    for j in range(nl + nc):
+        vel = max(vel, abs(vmin[j]))
+    diag = 1e-300
+    for i in range(n):
+        diag = max(diag, A[i, i] + R[i])
+    k_s = max(10.0 * kappa, vel * vel / diag)
     warm_stage = warm
-    for stage in range(4, -1, -1):
-        k_s = kappa * 10.0 ** stage
-        tol_s = tol if stage == 0 else 1e-6
-        it, status = _forward_newton(A, c, R, mu, vmin, nl, nc, k_s, q, tol_s, max_iter, f, v, warm_stage)
+    while True:
+        last = k_s <= kappa * (1.0 + 1e-12)
+        if last:
+            k_s = kappa
+        it, status = _forward_newton(A, c, R, mu, vmin, nl, nc, k_s, q, tol if last else 1e-6,
+                                     max_iter, f, v, warm_stage)
         total += it
         warm_stage = True
+        if last:
+            break
+        k_s = max(kappa, 0.1 * k_s)
     return total, status
 
 
@@ -305,6 +328,7 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
     g3 = np.empty(3)
     H3 = np.empty((3, 3))
     curved = np.zeros(nc, dtype=np.bool_)
+    Bn = np.empty((n, m))
     drho = np.empty(nc)
     dtheta = np.empty(nc)
     if not warm:
@@ -350,18 +374,30 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
         for j in range(m):
             r = _normal_index(j, nl)
             _, d1[j], d2[j] = dv_bar(Af[r] + c[r] - vmin[j], kappa, q)
-        for j in range(m):
-            r = _normal_index(j, nl)
-            w1 = d1[j]
-            w2 = d2[j]
+        # velocity barrier: g += A Nᵀ d̄', H += (A Nᵀ) diag(d̄'') (N A); one BLAS product for
+        # large problems, a scalar loop (no call overhead) for small ones
+        if n >= _BLAS_MIN_SIZE:
+            for j in range(m):
+                r = _normal_index(j, nl)
+                w1 = d1[j]
+                sw = math.sqrt(d2[j])
+                for a in range(n):
+                    g[a] += A[a, r] * w1
+                    Bn[a, j] = A[a, r] * sw
+            H += np.dot(Bn, Bn.T)
+        else:
+            for j in range(m):
+                r = _normal_index(j, nl)
+                w1 = d1[j]
+                w2 = d2[j]
+                for a in range(n):
+                    g[a] += A[a, r] * w1
+                    t = w2 * A[a, r]
+                    for b in range(a + 1):
+                        H[a, b] += t * A[b, r]
             for a in range(n):
-                g[a] += A[a, r] * w1
-                t = w2 * A[a, r]
-                for b in range(a + 1):
-                    H[a, b] += t * A[b, r]
-        for a in range(n):
-            for b in range(a):
-                H[b, a] = H[a, b]
+                for b in range(a):
+                    H[b, a] = H[a, b]
         for k in range(nc):  # frictionless contacts: tangential impulse stays zero
             if mu[k] <= 0.0:
                 for t in range(2):
@@ -419,8 +455,8 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
             _forward_objective(A, c, R, f, mu, vmin, nl, nc, kappa, q, Af)
             status = STATUS_CONVERGED
             break
-        # safeguard (rarely active): halve the step until the cost does not increase
         accepted = False
+        # safeguard: halve the step until the cost does not increase
         for _ in range(30):
             _trial_point(f, step, alpha, nl, nc, curved, drho, dtheta, ftrial)
             new = _forward_objective(A, c, R, ftrial, mu, vmin, nl, nc, kappa, q, Af)
@@ -683,8 +719,11 @@ def _inverse_one(A_flat, a_off, v, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
 
 
 @njit(cache=True)
-def check_spd_batch(A_flat, a_off, ns, rel_sym_tol):
-    """Index of the first problem whose A is not symmetric (code 1) or not SPD (code 2); (-1, 0) if all good."""
+def check_psd_batch(A_flat, a_off, ns, R, v_off, rel_sym_tol, rel_psd_tol):
+    """First problem whose A is not symmetric (code 1), not positive semidefinite (code 2:
+    ``A + rel_psd_tol·max|A|·I`` has no Cholesky factor) or whose ``A + R`` is not positive
+    definite (code 3); ``(-1, 0)`` if all are good.  ``A = J M⁻¹ Jᵀ`` is singular whenever
+    the contact space has more rows than degrees of freedom, so A itself is only PSD."""
     for p in range(ns.shape[0]):
         n = ns[p]
         A = A_flat[a_off[p]:a_off[p] + n * n].reshape((n, n))
@@ -696,11 +735,18 @@ def check_spd_batch(A_flat, a_off, ns, rel_sym_tol):
             for j in range(i):
                 if abs(A[i, j] - A[j, i]) > rel_sym_tol * scale:
                     return p, 1
-        L = A.copy()
         g = np.zeros(n)
         out = np.empty(n)
+        L = A.copy()
+        for i in range(n):
+            L[i, i] += rel_psd_tol * scale + 1e-300
         if not _cholesky_solve(L, g, out, n):
             return p, 2
+        L = A.copy()
+        for i in range(n):
+            L[i, i] += R[v_off[p] + i]
+        if not _cholesky_solve(L, g, out, n):
+            return p, 3
     return -1, 0
 
 

@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 
+SCHEDULES = ("linear", "exponential", "smooth-onset")
+
+
 class ContactStatus(enum.IntEnum):
     """Outcome of one contact-space solve."""
 
@@ -99,7 +102,8 @@ class ConvexContactModel:
       q: slope magnitude q > 0 where the elastic quadratic takes over (s₀ = κ/q).
       r_min, r_max: regularizer range, 0 < r_min ≤ r_max (units of A: velocity per impulse).
       w_max: distance at which contacts become active and R reaches r_max (> 0) [m; rad for hinge limits].
-      schedule: ``"linear"`` (eq. 24) or ``"exponential"`` R(w).
+      schedule: ``"linear"`` (eq. 24), ``"exponential"``, or ``"smooth-onset"`` R(w)
+        (see :meth:`regularizer_for_distance`).
       tol: relative Newton step-size tolerance for convergence.
       max_iter: Newton iteration limit per solve.
 
@@ -129,24 +133,33 @@ class ConvexContactModel:
                 raise ParameterError(f"{name} must be positive, got {value!r}")
         if self.r_min > self.r_max:
             raise ParameterError(f"r_min ({self.r_min}) must not exceed r_max ({self.r_max})")
-        if self.schedule not in ("linear", "exponential"):
-            raise ParameterError(f"schedule must be 'linear' or 'exponential', got {self.schedule!r}")
+        if self.schedule not in SCHEDULES:
+            raise ParameterError(f"schedule must be one of {', '.join(map(repr, SCHEDULES))}, "
+                                 f"got {self.schedule!r}")
         if int(self.max_iter) != self.max_iter or self.max_iter < 1:
             raise ParameterError(f"max_iter must be a positive integer, got {self.max_iter!r}")
 
     # ------------------------------------------------------------------ smoothing
 
     def regularizer_for_distance(self, distance) -> np.ndarray:
-        """R value for each normal distance ``w`` (same shape as ``distance``).
+        """R value for each normal distance ``w`` (same shape as ``distance``), ``t = clip(w, 0, w_max)/w_max``.
 
-        linear (eq. 24): ``R = r_min + (r_max − r_min)·clip(w, 0, w_max)/w_max``;
-        exponential: ``R = r_min·(r_max/r_min)^(clip(w, 0, w_max)/w_max)``.
+        * linear (eq. 24): ``R = r_min + (r_max − r_min)·t``;
+        * exponential: ``R = r_min·(r_max/r_min)^t``;
+        * smooth-onset: the linear value divided by ``1 − t`` (+∞ at ``w ≥ w_max``).  With eq. 24
+          a contact that enters the active set at ``w_max`` with approach velocity ``c < 0`` starts
+          with the impulse ``−c/(A + r_max)`` at once (a step in the force history); this schedule
+          makes the impulse start from zero.  Not in the paper.
         """
         w = as_array("distance", distance)
         t = np.clip(w / self.w_max, 0.0, 1.0)
+        if self.schedule == "exponential":
+            return self.r_min * (self.r_max / self.r_min) ** t
+        linear = self.r_min + (self.r_max - self.r_min) * t
         if self.schedule == "linear":
-            return self.r_min + (self.r_max - self.r_min) * t
-        return self.r_min * (self.r_max / self.r_min) ** t
+            return linear
+        with np.errstate(divide="ignore"):
+            return np.where(t < 1.0, linear / np.maximum(1.0 - t, 0.0), np.inf)
 
     def regularizer(self, distance, n_limits: int) -> np.ndarray:
         """Diagonal of R, ``(n_l + 3 n_c,)``, from ``distance`` ``(n_l + n_c,)`` (limits first).
@@ -164,7 +177,7 @@ class ConvexContactModel:
         """Forward map ``(A, c) → (f, v)``; see the module docstring.
 
         Args:
-          A: ``(n, n)`` symmetric positive definite inverse inertia in contact space.
+          A: ``(n, n)`` symmetric positive semidefinite inverse inertia in contact space.
           c: ``(n,)`` contact velocity without impulse.
           friction: ``(n_c,)`` friction coefficients μ ≥ 0.
           v_min: ``(n_l + n_c,)`` minimum normal velocities.
@@ -229,7 +242,9 @@ class ContactBatch:
     friction at ``contact_offsets`` and its ``v_min`` at ``normal_offsets``.
 
     Args:
-      A: sequence of ``(n_p, n_p)`` SPD matrices.
+      A: sequence of ``(n_p, n_p)`` symmetric positive semidefinite matrices (``J M⁻¹ Jᵀ`` is
+        singular when the contact space has more rows than degrees of freedom; ``A + R``
+        must be positive definite).
       friction: sequence of ``(n_c,)`` arrays, μ ≥ 0.
       v_min: sequence of ``(n_l + n_c,)`` arrays.
       R: sequence of ``(n_p,)`` positive arrays.
@@ -274,9 +289,10 @@ class ContactBatch:
         if np.any(self.R <= 0):
             p = int(np.searchsorted(self.offsets, np.flatnonzero(self.R <= 0)[0], "right") - 1)
             raise ParameterError(f"R[{p}]: regularizer entries must be positive")
-        bad, code = K.check_spd_batch(self.A_flat, self.a_offsets, ns, 1e-10)
+        bad, code = K.check_psd_batch(self.A_flat, self.a_offsets, ns, self.R, self.offsets, 1e-10, 1e-9)
         if bad >= 0:
-            what = "not symmetric" if code == 1 else "not positive definite"
+            what = {1: "not symmetric", 2: "not positive semidefinite",
+                    3: "A + R is not positive definite"}[int(code)]
             raise ParameterError(f"A[{bad}]: {what}")
 
     @property

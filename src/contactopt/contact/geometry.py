@@ -68,7 +68,8 @@ edits of those fields (e.g. friction randomization) are honoured; edits of any
 other field of an already-seen model (mesh data, the kinematic tree, ...) need
 :func:`clear_cache`.  Then the copy gets ``geom_margin = max(geom_margin,
 w_max)``, ``geom_gap = 0`` (likewise ``pair_margin``/``pair_gap``, and
-``opt.o_margin`` under ``mjENBL_OVERRIDE``).  MuJoCo 4 adds the two geoms'
+``opt.o_margin`` under ``mjENBL_OVERRIDE``), and the midphase is disabled (its
+per-body bounding boxes are compiled with the original margins).  MuJoCo 4 adds the two geoms'
 margins of a pair, so a pair is detected out to ``≥ w_max`` (up to
 ``2 w_max``); the ``dist < w_max`` filter keeps exactly the contacts closer than
 ``w_max``.
@@ -229,6 +230,7 @@ _OPT_FIELDS = ("disableflags", "enableflags", "o_margin", "o_friction")
 _DSBL_CONSTRAINT = int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
 _DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
 _DSBL_LIMIT = int(mujoco.mjtDisableBit.mjDSBL_LIMIT)
+_DSBL_MIDPHASE = int(mujoco.mjtDisableBit.mjDSBL_MIDPHASE)
 _ENBL_SLEEP = int(getattr(mujoco.mjtEnableBit, "mjENBL_SLEEP", 0))
 
 # Levi-Civita tensor as a (3, 9) map: (r @ _SKEW).reshape(3, 3) = [r]ₓ, with [r]ₓ w = r × w.
@@ -311,6 +313,10 @@ def _scratch_for(model: mujoco.MjModel, w_max: float) -> _Scratch:
     for name in _OPT_FIELDS:
         setattr(opt2, name, getattr(opt, name))
     opt2.enableflags = opt2.enableflags & ~_ENBL_SLEEP  # the scratch data keeps every body awake
+    # The midphase tests a body's geoms against bounding boxes precomputed at compile time
+    # with the model's own margins, so with inflated margins it would drop the geoms of
+    # multi-geom bodies lying within w_max but outside their compiled boxes.
+    opt2.disableflags = opt2.disableflags | _DSBL_MIDPHASE
     # Every pair closer than w_max must be reported, and no contact may fall in a gap band.
     np.maximum(m2.geom_margin, w_max, out=m2.geom_margin)
     m2.geom_gap[:] = 0.0
