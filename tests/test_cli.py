@@ -111,6 +111,31 @@ def test_bench_mujoco_json(tmp_path):
     assert "mj_step/s" in table and "acrobot" in table
 
 
+def test_simulate_with_convex_contact(tmp_path):
+    plot = tmp_path / "ball.png"
+    proc = run_cli("simulate", "ball", "--seconds", "0.5", "--contact", "convex", "--kappa", "1e-5",
+                   "--plot", plot, "--json")
+    summary = json.loads(proc.stdout)
+    assert summary["contact"] == "convex" and summary["contact_unconverged_steps"] == 0
+    assert summary["contacts_final"] == 1 and plot.exists()
+    assert abs(summary["final_qpos"][2] - 0.1) < 1e-3  # resting on the floor, not in it
+
+
+@pytest.mark.slow
+def test_bench_contact_json_and_plot(tmp_path):
+    proc = run_cli("bench", "contact", "--json", "--plots", tmp_path, "--min-time", "0.01")
+    result = json.loads(proc.stdout)
+    rows = result["rows"]
+    assert [r["contacts"] for r in rows] == [2, 5, 10, 20]
+    for row in rows:
+        assert {"contacts", "iterations_median", "inverse_per_s", "forward_per_s", "reference_per_s",
+                "consistency_max_rel_err"} <= set(row)
+        assert row["all_converged"] and row["consistency_max_rel_err"] <= 1e-8
+        assert row["inverse_per_s"] > row["forward_per_s"] > 0 and row["reference_per_s"] > 0
+    assert (tmp_path / "ball_drop.png").read_bytes()[:4] == b"\x89PNG"
+    assert all(b["max_penetration"] < 1e-3 for b in result["ball_drop"])
+
+
 def test_run_lists_tasks():
     proc = run_cli("run")
     assert "No tasks are registered yet" in proc.stdout or proc.stdout.strip()
@@ -126,6 +151,10 @@ def test_run_lists_tasks():
     (["bench", "nope"], "unknown benchmark 'nope'"),
     (["bench", "mujoco", "--model", "nope.xml"], "model file not found"),
     (["run", "nope"], "unknown task 'nope'"),
+    (["simulate", "ball", "--kappa", "0.1"], "--kappa applies to --contact convex only"),
+    (["simulate", "ball", "--contact", "convex", "--kappa", "-1"], "kappa must be positive"),
+    (["bench", "mujoco", "--plots", "."], "writes no plots"),
+    (["bench", "contact", "--plots", "/nowhere"], "does not exist"),
 ])
 def test_bad_input_is_one_line_error(args, words):
     proc = run_cli(*args, check=False)

@@ -5,6 +5,10 @@
 * :mod:`.convex` — the convex, smooth, invertible contact model (Todorov 2011):
   forward ``(A, c) → (f, v)`` and inverse ``(A, v) → (f, c)`` by a primal
   interior-point Newton method at fixed κ, single and batched (numba).
+* :mod:`.convex_dynamics` — that model in generalized coordinates on any MuJoCo
+  model: forward ``(q, w, u) → (q⁺, w⁺)``, inverse ``(q, w, w⁺) → u``, and the
+  stepper behind ``simulate(..., contact="convex")``.
+* :mod:`.reference` — the exact conic problem 13 solved by Clarabel (optional).
 """
 
 from .convex import (
@@ -15,9 +19,17 @@ from .convex import (
     ConvexContactModel,
     velocity_barrier,
 )
+from .convex_dynamics import (
+    ConvexContactProblem,
+    ConvexDynamics,
+    ForwardStep,
+    InverseStep,
+    SingularInertiaError,
+)
 from .geometry import ContactSpace, contact_space
 
 __all__ = [
     "BatchSolution", "ContactBatch", "ContactSolution", "ContactStatus", "ConvexContactModel",
     "velocity_barrier", "ContactSpace", "contact_space",
+    "ConvexContactProblem", "ConvexDynamics", "ForwardStep", "InverseStep", "SingularInertiaError",
 ]
