@@ -1,0 +1,471 @@
+"""The IDTO trajectory-optimization problem: residuals and their block-banded Jacobian.
+
+Decision variables are the configurations ``q_1 … q_T`` (``q_0 = q_init`` and
+``v_0 = v_init`` are fixed).  With time step ``h``:
+
+* ``v_t = (q_t ⊖ q_{t−1}) / h`` for ``t ≥ 1`` (MuJoCo's ``mj_differentiatePos``:
+  exact for quaternions of free/ball joints), ``v_0 = v_init``;
+* ``a_t = (v_{t+1} − v_t) / h`` for ``t = 0 … T−1``;
+* implicit inverse dynamics, every term at the *next* state::
+
+      τ_t = M(q_{t+1}) a_t + c(q_{t+1}, v_{t+1}) − F_passive(q_{t+1}, v_{t+1})
+            − F_contact(q_{t+1}, v_{t+1}),
+
+  with ``c`` MuJoCo's bias (Coriolis, centrifugal, gravity), ``F_passive``
+  its passive forces (joint damping, springs) and ``F_contact`` the compliant
+  contact force of :class:`~contactopt.idto.contact.ContactModel`.
+
+Cost (no ½; diagonal weights on tangent-space errors ``q̃_t = q_t ⊖ q_nom,t`` and
+``ṽ_t = v_t − v_nom,t``)::
+
+    L = h Σ_{t<T} [q̃_tᵀQ_q q̃_t + ṽ_tᵀQ_v ṽ_t + τ_tᵀ R τ_t + w_u ‖Zᵀ τ_t‖²]
+        + q̃_Tᵀ Q_f,q q̃_T + ṽ_Tᵀ Q_f,v ṽ_T
+
+where ``Z`` spans the unactuated directions (``actuation_map``) and ``w_u`` is
+the quadratic penalty on unactuated forces.  It is written ``L = ½‖r(q)‖²`` with
+the residual ``r`` of :meth:`IDTOProblem.residuals`.
+
+Each ``τ_t`` depends on ``q_{t−1}, q_t, q_{t+1}``, so the Gauss–Newton Hessian
+``JᵀJ`` is block-pentadiagonal with ``nv × nv`` blocks.  Derivatives are taken
+with respect to tangent-space perturbations ``q_t ⊕ δ`` (``δ ∈ R^nv``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from ..errors import ParameterError, as_array, check_positive
+from ..model import actuation_map
+from .contact import ContactModel
+
+__all__ = ["IDTOProblem", "Trajectory", "Linearization"]
+
+_SQRT_EPS = math.sqrt(np.finfo(float).eps)
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """Quantities of one trajectory ``q (T+1, nq)``.
+
+    Attributes:
+      q: ``(T+1, nq)`` configurations; v: ``(T+1, nv)`` velocities [per s];
+      a: ``(T, nv)`` accelerations; tau: ``(T, nv)`` generalized forces
+      (``τ_t`` realizes the step ``t → t+1``); contact: ``(T, nv)``
+      generalized contact forces at ``(q_{t+1}, v_{t+1})``.
+    """
+
+    q: np.ndarray
+    v: np.ndarray
+    a: np.ndarray
+    tau: np.ndarray
+    contact: np.ndarray
+
+
+@dataclass
+class Linearization:
+    """Residual and block Jacobian of the problem at one trajectory.
+
+    Decision block ``k = 0 … T−1`` is the tangent perturbation of ``q_{k+1}``.
+
+    Attributes:
+      r: ``(m,)`` residual vector (:meth:`IDTOProblem.residuals` layout).
+      Jq: ``(T, nv, nv)`` ∂r_q,t/∂q_t for ``t = 1 … T``.
+      Jv: ``(T, 2, nv, nv)`` ∂r_v,t/∂(q_{t−1}, q_t) for ``t = 1 … T`` (slot 0 is zero for ``t = 1``).
+      Jtau: ``(T, 3, mτ, nv)`` ∂r_τ,t/∂(q_{t−1}, q_t, q_{t+1}) for ``t = 0 … T−1``
+        (slots of the fixed ``q_{−1}, q_0`` are zero).
+      times: seconds spent in ``"residual"`` and ``"jacobian"``.
+      tau: ``(T, nv)`` inverse-dynamics forces at the linearization point.
+    """
+
+    r: np.ndarray
+    Jq: np.ndarray
+    Jv: np.ndarray
+    Jtau: np.ndarray
+    times: dict
+    tau: np.ndarray | None = None
+
+
+def _weights(name, value, nv, *, allow_zero=True) -> np.ndarray:
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim == 0:
+        arr = np.full(nv, float(arr))
+    arr = as_array(name, arr, (nv,))
+    if np.any(arr < 0):
+        raise ParameterError(f"{name}: weights must be non-negative, got {arr}")
+    return arr
+
+
+class IDTOProblem:
+    """Inverse-dynamics trajectory optimization problem (penalty treatment of underactuation).
+
+    Args:
+      model: ``MjModel`` (not modified; a private copy with constraints
+        disabled evaluates the rigid-body terms).
+      num_steps: ``T ≥ 1``.
+      time_step: ``h`` [s], > 0.
+      q_init: ``(nq,)`` fixed ``q_0``; v_init: ``(nv,)`` fixed ``v_0`` (default 0).
+      q_nom: nominal configurations ``(T+1, nq)`` or one ``(nq,)`` for all steps
+        (default ``q_init``).
+      v_nom: nominal velocities ``(T+1, nv)`` or ``(nv,)`` (default 0).
+      Qq, Qv, R: running weights (scalar or ``(nv,)`` diagonal, ≥ 0).
+      Qf_q, Qf_v: terminal weights (scalar or ``(nv,)``, ≥ 0).
+      unactuated_penalty: ``w_u ≥ 0`` on ``‖Zᵀτ_t‖²`` (default 1e3·max(R, 1)).
+      contact: a :class:`ContactModel` of ``model`` or None (no contact forces).
+      workers: threads for the Jacobian (time steps in parallel); 1 = serial.
+
+    Raises:
+      ShapeError / NonFiniteError: bad array shapes or values.
+      ParameterError: non-positive time step or steps, negative weights, a
+        contact model of another model.
+    """
+
+    def __init__(self, model: mujoco.MjModel, num_steps: int, time_step: float, q_init, v_init=None, *,
+                 q_nom=None, v_nom=None, Qq=0.0, Qv=0.0, R=1e-3, Qf_q=0.0, Qf_v=0.0,
+                 unactuated_penalty: float | None = None, contact: ContactModel | None = None,
+                 workers: int = 1):
+        if not isinstance(model, mujoco.MjModel):
+            raise ParameterError(f"IDTOProblem: model must be a mujoco.MjModel, got {type(model).__name__}")
+        if isinstance(num_steps, (bool, np.bool_)) or int(num_steps) != num_steps or num_steps < 1:
+            raise ParameterError(f"num_steps must be a positive integer, got {num_steps!r}")
+        self.model = model
+        self.T = int(num_steps)
+        self.h = check_positive("time_step", time_step)
+        nq, nv = model.nq, model.nv
+        self.nq, self.nv = nq, nv
+        self.Qq = _weights("Qq", Qq, nv)
+        self.Qv = _weights("Qv", Qv, nv)
+        self.R = _weights("R", R, nv)
+        self.Qf_q = _weights("Qf_q", Qf_q, nv)
+        self.Qf_v = _weights("Qf_v", Qf_v, nv)
+        amap = actuation_map(model, q_init)
+        self.actuation = amap
+        self.Z = amap.unactuated_basis  # (nv, nz)
+        if unactuated_penalty is None:
+            unactuated_penalty = 1e3 * max(float(self.R.max(initial=0.0)), 1.0)
+        try:
+            wu = float(unactuated_penalty)
+        except (TypeError, ValueError):
+            raise ParameterError(f"unactuated_penalty must be a number, got {unactuated_penalty!r}") from None
+        if not (math.isfinite(wu) and wu >= 0):
+            raise ParameterError(f"unactuated_penalty must be non-negative and finite, got {unactuated_penalty!r}")
+        self.unactuated_penalty = wu
+        if contact is not None:
+            if not isinstance(contact, ContactModel):
+                raise ParameterError(f"contact must be a ContactModel or None, got {type(contact).__name__}")
+            if contact.model is not model:
+                raise ParameterError("contact: the ContactModel was built for a different MjModel")
+        self.contact = contact
+        if isinstance(workers, (bool, np.bool_)) or int(workers) != workers or workers < 1:
+            raise ParameterError(f"workers must be a positive integer, got {workers!r}")
+        self.workers = int(workers)
+        self._pool = ThreadPoolExecutor(self.workers) if self.workers > 1 else None
+
+        # Private copy for rigid-body terms: no constraints, so qfrc_constraint never enters.
+        self._m = copy.deepcopy(model)
+        self._m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
+        self._local = threading.local()
+
+        # Per-dof magnitude source for finite-difference steps (−1: rotational dof of a quaternion joint).
+        self._dof_qadr = np.full(nv, -1, dtype=np.intp)
+        for j in range(model.njnt):
+            jt, qa, da = model.jnt_type[j], model.jnt_qposadr[j], model.jnt_dofadr[j]
+            if jt in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+                self._dof_qadr[da] = qa
+            elif jt == mujoco.mjtJoint.mjJNT_FREE:
+                self._dof_qadr[da:da + 3] = qa + np.arange(3)
+
+        # Residual scalings: cost = ½‖r‖²
+        self._wq = np.sqrt(2 * self.h * self.Qq)
+        self._wv = np.sqrt(2 * self.h * self.Qv)
+        self._wqf = np.sqrt(2 * self.Qf_q)
+        self._wvf = np.sqrt(2 * self.Qf_v)
+        W = np.diag(np.sqrt(2 * self.h * self.R))
+        if wu > 0 and self.Z.shape[1]:
+            W = np.vstack([W, math.sqrt(2 * self.h * wu) * self.Z.T])
+        self._Wtau = W  # (mτ, nv)
+        self.m_tau = W.shape[0]
+
+        self.set_initial_state(q_init, v_init)
+        self.set_nominal(q_nom, v_nom)
+
+    # ------------------------------------------------------------------ setup
+
+    def set_initial_state(self, q_init, v_init=None) -> None:
+        """Set the fixed ``q_0 (nq,)`` and ``v_0 (nv,)`` (e.g. the measured state in MPC)."""
+        q = as_array("q_init", q_init, (self.nq,)).copy()
+        mujoco.mj_normalizeQuat(self.model, q)
+        self.q_init = q
+        self.v_init = np.zeros(self.nv) if v_init is None else as_array("v_init", v_init, (self.nv,)).copy()
+
+    def set_nominal(self, q_nom=None, v_nom=None) -> None:
+        """Set the nominal trajectories (``(T+1, nq)``/``(nq,)`` and ``(T+1, nv)``/``(nv,)``).
+
+        May be called between solves (e.g. to re-anchor a target in MPC).
+        """
+        T, nq, nv = self.T, self.nq, self.nv
+        if q_nom is None:
+            q_nom = self.q_init
+        q_nom = np.asarray(q_nom, dtype=float)
+        if q_nom.ndim == 1:
+            q_nom = np.broadcast_to(as_array("q_nom", q_nom, (nq,)), (T + 1, nq))
+        self.q_nom = as_array("q_nom", q_nom, (T + 1, nq)).copy()
+        if v_nom is None:
+            v_nom = np.zeros(nv)
+        v_nom = np.asarray(v_nom, dtype=float)
+        if v_nom.ndim == 1:
+            v_nom = np.broadcast_to(as_array("v_nom", v_nom, (nv,)), (T + 1, nv))
+        self.v_nom = as_array("v_nom", v_nom, (T + 1, nv)).copy()
+
+    def check_trajectory(self, q, *, name: str = "q_guess", tol: float = 1e-8) -> np.ndarray:
+        """Validate a trajectory ``(T+1, nq)`` whose first row equals ``q_init``; returns a normalized copy.
+
+        Raises:
+          ShapeError, NonFiniteError: wrong shape or non-finite values.
+          ParameterError: ``q[0]`` differs from ``q_init`` (max-abs > ``tol``).
+        """
+        q = as_array(name, q, (self.T + 1, self.nq)).copy()
+        err = float(np.max(np.abs(q[0] - self.q_init)))
+        if err > tol:
+            raise ParameterError(
+                f"{name}[0] must equal q_init (the fixed initial configuration); max difference {err:.3g}"
+            )
+        q[0] = self.q_init
+        for t in range(1, self.T + 1):
+            mujoco.mj_normalizeQuat(self.model, q[t])
+        return q
+
+    @property
+    def num_variables(self) -> int:
+        """Tangent-space dimension of the decision variables: ``T·nv``."""
+        return self.T * self.nv
+
+    @property
+    def num_residuals(self) -> int:
+        """Length of :meth:`residuals`: ``2 (T+1) nv + T mτ``."""
+        return 2 * (self.T + 1) * self.nv + self.T * self.m_tau
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _data(self) -> mujoco.MjData:
+        d = getattr(self._local, "data", None)
+        if d is None:
+            d = self._local.data = mujoco.MjData(self._m)
+        return d
+
+    def _diff(self, q0, q1, dt) -> np.ndarray:
+        out = np.empty(self.nv)
+        mujoco.mj_differentiatePos(self.model, out, dt, q0, q1)
+        return out
+
+    def _plus(self, q, dq) -> np.ndarray:
+        out = q.copy()
+        mujoco.mj_integratePos(self.model, out, dq, 1.0)
+        return out
+
+    def _steps(self, q) -> np.ndarray:
+        """Forward-difference steps ``√ε·max(1, |q_i|)`` per tangent dof."""
+        mag = np.ones(self.nv)
+        lin = self._dof_qadr >= 0
+        mag[lin] = np.maximum(1.0, np.abs(q[self._dof_qadr[lin]]))
+        return _SQRT_EPS * mag
+
+    def inverse_dynamics(self, q_next, v_next, a, *, mass_matrix: bool = False):
+        """``τ = M(q') a + c(q', v') − F_passive(q', v') − F_contact(q', v')``.
+
+        Args:
+          q_next: ``(nq,)``; v_next: ``(nv,)``; a: ``(nv,)``.
+          mass_matrix: also return the dense ``M(q') (nv, nv)``.
+
+        Returns:
+          ``(τ (nv,), F_contact (nv,))`` or ``(τ, F_contact, M)``.
+        """
+        m, d = self._m, self._data()
+        d.qpos[:] = q_next
+        d.qvel[:] = v_next
+        mujoco.mj_fwdPosition(m, d)
+        mujoco.mj_fwdVelocity(m, d)
+        Ma = np.empty(self.nv)
+        mujoco.mj_mulM(m, d, Ma, a)
+        tau = Ma + d.qfrc_bias - d.qfrc_passive
+        fc = np.zeros(self.nv)
+        if self.contact is not None:
+            fc = self.contact.forces(d, v_next).generalized
+            tau -= fc
+        if mass_matrix:
+            M = np.empty((self.nv, self.nv))
+            mujoco.mj_fullM(m, d, M)
+            return tau, fc, M
+        return tau, fc
+
+    def trajectory(self, q) -> Trajectory:
+        """Velocities, accelerations, inverse-dynamics forces of a trajectory ``q (T+1, nq)``."""
+        q = self.check_trajectory(q, name="q")
+        return self._trajectory(q)
+
+    def _velocities(self, q) -> np.ndarray:
+        v = np.empty((self.T + 1, self.nv))
+        v[0] = self.v_init
+        for t in range(1, self.T + 1):
+            mujoco.mj_differentiatePos(self.model, v[t], self.h, q[t - 1], q[t])
+        return v
+
+    def _trajectory(self, q) -> Trajectory:
+        v = self._velocities(q)
+        a = np.diff(v, axis=0) / self.h
+        tau = np.empty((self.T, self.nv))
+        fc = np.empty((self.T, self.nv))
+        for t in range(self.T):
+            tau[t], fc[t] = self.inverse_dynamics(q[t + 1], v[t + 1], a[t])
+        return Trajectory(q, v, a, tau, fc)
+
+    def residuals(self, q) -> np.ndarray:
+        """Residual ``r(q)`` with ``cost = ½‖r‖²``.
+
+        Layout (``m = 2(T+1)nv + T mτ``): ``[r_q,0 … r_q,T, r_v,0 … r_v,T, r_τ,0 … r_τ,T−1]``
+        with ``r_q,t = w_q,t ⊙ q̃_t``, ``r_v,t = w_v,t ⊙ ṽ_t`` (``w = √(2hQ)`` for
+        ``t < T``, ``√(2Q_f)`` at ``T``) and ``r_τ,t = W τ_t``, ``W = [diag√(2hR); √(2h w_u) Zᵀ]``.
+        The ``t = 0`` entries are constant (``q_0, v_0`` fixed).
+        """
+        q = self.check_trajectory(q, name="q")
+        return self._residuals(self._trajectory(q))
+
+    def _residuals(self, tr: Trajectory) -> np.ndarray:
+        T, nv = self.T, self.nv
+        rq = np.empty((T + 1, nv))
+        for t in range(T + 1):
+            rq[t] = self._diff(self.q_nom[t], tr.q[t], 1.0)
+        rv = tr.v - self.v_nom
+        rq[:T] *= self._wq
+        rq[T] *= self._wqf
+        rv[:T] *= self._wv
+        rv[T] *= self._wvf
+        rt = tr.tau @ self._Wtau.T
+        return np.concatenate([rq.ravel(), rv.ravel(), rt.ravel()])
+
+    def cost(self, q) -> float:
+        """``L(q) = ½‖r(q)‖²`` for a trajectory ``q (T+1, nq)``."""
+        r = self.residuals(q)
+        return 0.5 * float(r @ r)
+
+    def unactuated_violation(self, tau) -> float:
+        """``max_t ‖Zᵀ τ_t‖_∞`` of ``tau (T, nv)``: generalized force no actuator can give."""
+        if self.Z.shape[1] == 0:
+            return 0.0
+        return float(np.max(np.abs(np.asarray(tau) @ self.Z), initial=0.0))
+
+    def retract(self, q, dq) -> np.ndarray:
+        """``q_t ⊕ dq_t`` for ``t = 1 … T`` (``dq (T, nv)`` or ``(T·nv,)``); ``q_0`` unchanged."""
+        dq = np.asarray(dq, dtype=float).reshape(self.T, self.nv)
+        out = q.copy()
+        for t in range(1, self.T + 1):
+            mujoco.mj_integratePos(self.model, out[t], dq[t - 1], 1.0)
+        return out
+
+    # ------------------------------------------------------------------ derivatives
+
+    def _diff_jac(self, q0, q1, dt, wrt0: bool, wrt1: bool):
+        """∂(q1 ⊖ q0)/dt w.r.t. tangent perturbations of q0 and/or q1 (forward differences)."""
+        base = self._diff(q0, q1, dt)
+        J0 = J1 = None
+        if wrt0:
+            J0 = np.empty((self.nv, self.nv))
+            for i, s in enumerate(self._steps(q0)):
+                e = np.zeros(self.nv)
+                e[i] = s
+                J0[:, i] = (self._diff(self._plus(q0, e), q1, dt) - base) / s
+        if wrt1:
+            J1 = np.empty((self.nv, self.nv))
+            for i, s in enumerate(self._steps(q1)):
+                e = np.zeros(self.nv)
+                e[i] = s
+                J1[:, i] = (self._diff(q0, self._plus(q1, e), dt) - base) / s
+        return J0, J1
+
+    def _tau_jac(self, t, q, v, dvdq_prev):
+        """Blocks ∂τ_t/∂(q_{t−1}, q_t, q_{t+1}) (3, nv, nv); zero for fixed configurations.
+
+        ∂τ_t/∂q_{t−1} is analytic: τ_t depends on q_{t−1} only through
+        ``a_t = (v_{t+1} − v_t)/h``, so it is ``−M(q_{t+1}) (∂v_t/∂q_{t−1}) / h``.
+        ∂/∂q_t and ∂/∂q_{t+1} are forward differences of the full inverse dynamics.
+        """
+        nv, h = self.nv, self.h
+        out = np.zeros((3, nv, nv))
+        v_t = v[t]
+        v_n = v[t + 1]
+        tau0, _, M = self.inverse_dynamics(q[t + 1], v_n, (v_n - v_t) / h, mass_matrix=True)
+        if t >= 2:
+            out[0] = -M @ dvdq_prev[t] / h
+        if t >= 1:  # perturb q_t: changes v_t and v_{t+1}
+            for i, s in enumerate(self._steps(q[t])):
+                e = np.zeros(nv)
+                e[i] = s
+                qp = self._plus(q[t], e)
+                vt = self._diff(q[t - 1], qp, h)
+                vn = self._diff(qp, q[t + 1], h)
+                out[1][:, i] = (self.inverse_dynamics(q[t + 1], vn, (vn - vt) / h)[0] - tau0) / s
+        for i, s in enumerate(self._steps(q[t + 1])):  # perturb q_{t+1}
+            e = np.zeros(nv)
+            e[i] = s
+            qp = self._plus(q[t + 1], e)
+            vn = self._diff(q[t], qp, h)
+            out[2][:, i] = (self.inverse_dynamics(qp, vn, (vn - v_t) / h)[0] - tau0) / s
+        return out
+
+    def linearize(self, q) -> Linearization:
+        """Residual and block Jacobian at ``q (T+1, nq)`` (see :class:`Linearization`)."""
+        q = self.check_trajectory(q, name="q")
+        return self._linearize(q)
+
+    def _linearize(self, q) -> Linearization:
+        T, nv = self.T, self.nv
+        t0 = time.perf_counter()
+        tr = self._trajectory(q)
+        r = self._residuals(tr)
+        t1 = time.perf_counter()
+        Jq = np.empty((T, nv, nv))
+        Jv = np.zeros((T, 2, nv, nv))
+        dvdq_prev = np.zeros((T + 1, nv, nv))  # ∂v_t/∂q_{t−1}
+        for t in range(1, T + 1):
+            _, Jq[t - 1] = self._diff_jac(self.q_nom[t], q[t], 1.0, False, True)
+            J0, J1 = self._diff_jac(q[t - 1], q[t], self.h, t >= 2, True)
+            if t >= 2:
+                dvdq_prev[t] = J0
+                Jv[t - 1, 0] = J0
+            Jv[t - 1, 1] = J1
+        wq = np.vstack([np.broadcast_to(self._wq, (T - 1, nv)), self._wqf[None]]) if T > 1 else self._wqf[None]
+        wv = np.vstack([np.broadcast_to(self._wv, (T - 1, nv)), self._wvf[None]]) if T > 1 else self._wvf[None]
+        Jq *= wq[:, :, None]
+        Jv *= wv[:, None, :, None]
+        if self._pool is not None:
+            blocks = list(self._pool.map(lambda t: self._tau_jac(t, q, tr.v, dvdq_prev), range(T)))
+        else:
+            blocks = [self._tau_jac(t, q, tr.v, dvdq_prev) for t in range(T)]
+        Jtau = np.einsum("mn,tknv->tkmv", self._Wtau, np.asarray(blocks))
+        t2 = time.perf_counter()
+        return Linearization(r, Jq, Jv, Jtau, {"residual": t1 - t0, "jacobian": t2 - t1}, tr.tau)
+
+    def dense_jacobian(self, lin: Linearization) -> np.ndarray:
+        """Dense ``(m, T·nv)`` Jacobian assembled from the blocks (for tests and small problems)."""
+        T, nv, mt = self.T, self.nv, self.m_tau
+        J = np.zeros((self.num_residuals, T * nv))
+        offq, offv, offt = 0, (T + 1) * nv, 2 * (T + 1) * nv
+        for t in range(1, T + 1):
+            k = t - 1
+            J[offq + t * nv: offq + (t + 1) * nv, k * nv:(k + 1) * nv] = lin.Jq[k]
+            J[offv + t * nv: offv + (t + 1) * nv, k * nv:(k + 1) * nv] = lin.Jv[k, 1]
+            if k >= 1:
+                J[offv + t * nv: offv + (t + 1) * nv, (k - 1) * nv:k * nv] = lin.Jv[k, 0]
+        for t in range(T):
+            for slot in range(3):
+                k = t - 2 + slot  # decision block of q_{t−1+slot}
+                if k >= 0:
+                    J[offt + t * mt: offt + (t + 1) * mt, k * nv:(k + 1) * nv] = lin.Jtau[t, slot]
+        return J

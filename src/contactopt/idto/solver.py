@@ -1,0 +1,430 @@
+"""Trust-region Gauss–Newton solver for :class:`~contactopt.idto.problem.IDTOProblem`.
+
+Per iteration (penalty treatment of underactuation):
+
+1. linearize: residual ``r`` and block Jacobian ``J`` (finite differences over
+   the three neighbouring configurations of each ``τ_t``);
+2. Gauss–Newton ``H = JᵀJ``, ``g = Jᵀr`` assembled directly into
+   block-pentadiagonal storage ``Hb[k, d] = H_{k, k+d}`` (``d = 0, 1, 2``,
+   blocks ``nv × nv``), never a dense ``(T·nv)²`` matrix;
+3. diagonal scaling ``D_ii = min(1, H_ii^(−1/4))`` (or ``^(−1/2)``),
+   ``H̃ = DHD``, ``g̃ = Dg``;
+4. banded Cholesky of ``H̃`` (``scipy.linalg.cholesky_banded``, upper bandwidth
+   ``3nv − 1``; cost ``O(T·nv³)``) for the Gauss–Newton point ``p_H = −H̃⁻¹g̃``;
+5. dogleg between the Cauchy point ``p_U = −(g̃ᵀg̃/g̃ᵀH̃g̃) g̃`` and ``p_H`` at
+   radius ``Δ``; ``Δq = D p``; ``q_t ← q_t ⊕ Δq_t``;
+6. ratio ``ρ = (L(q) − L(q ⊕ Δq)) / (−g̃ᵀp − ½pᵀH̃p)``; accept if ``ρ > 0``;
+   ``Δ ← Δ/4`` if ``ρ < 0.25``; ``Δ ← min(2Δ, Δ_max)`` if ``ρ > 0.75`` and the
+   step reached the boundary.
+
+The equality-constrained (Lagrange-multiplier) variant is not implemented here.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.linalg
+
+from ..errors import ParameterError, check_positive
+from .problem import IDTOProblem, Linearization
+
+__all__ = [
+    "SolverStatus",
+    "SolverOptions",
+    "ConvergenceCriteria",
+    "IterationLog",
+    "SolverResult",
+    "BandedHessian",
+    "IDTOSolver",
+    "gauss_newton_system",
+]
+
+
+class SolverStatus(enum.Enum):
+    """Why :meth:`IDTOSolver.solve` stopped."""
+
+    CONVERGED = "converged"
+    MAX_ITERATIONS = "max_iterations"
+    TRUST_REGION_COLLAPSED = "trust_region_collapsed"
+    FACTORIZATION_FAILED = "factorization_failed"
+
+
+@dataclass(frozen=True)
+class ConvergenceCriteria:
+    """Optional stopping tests, checked after each accepted step (any one suffices).
+
+    With ``ε = abs_tol + rel_tol · L`` (cost) or ``abs_tol + rel_tol·‖q‖``:
+    ``cost``: ``|ΔL| < ε``; ``gradient``: ``|gᵀΔq| < ε``; ``step``: ``‖Δq‖ < abs_tol + rel_tol‖q‖``.
+    """
+
+    abs_tol: float = 1e-12
+    rel_tol: float = 1e-8
+    cost: bool = True
+    gradient: bool = True
+    step: bool = True
+
+    def __post_init__(self):
+        for name in ("abs_tol", "rel_tol"):
+            v = float(getattr(self, name))
+            if not (math.isfinite(v) and v >= 0):
+                raise ParameterError(f"ConvergenceCriteria.{name} must be non-negative, got {v!r}")
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    """Options of :class:`IDTOSolver`.
+
+    Attributes:
+      max_iterations: iteration cap (≥ 0).
+      initial_radius: ``Δ_0`` (scaled units), > 0.  max_radius: ``Δ_max``.
+      min_radius: stop with TRUST_REGION_COLLAPSED when ``Δ`` drops below it.
+      scaling: ``"quartic"`` (``D = min(1, H_ii^−1/4)``), ``"sqrt"`` (``^−1/2``) or ``"none"``.
+      convergence: :class:`ConvergenceCriteria` or None (run ``max_iterations``).
+    """
+
+    max_iterations: int = 100
+    initial_radius: float = 0.1
+    max_radius: float = 1e5
+    min_radius: float = 1e-12
+    scaling: str = "quartic"
+    convergence: ConvergenceCriteria | None = field(default_factory=ConvergenceCriteria)
+
+    def __post_init__(self):
+        if int(self.max_iterations) != self.max_iterations or self.max_iterations < 0:
+            raise ParameterError(f"max_iterations must be a non-negative integer, got {self.max_iterations!r}")
+        check_positive("initial_radius", self.initial_radius)
+        check_positive("max_radius", self.max_radius)
+        check_positive("min_radius", self.min_radius)
+        if self.initial_radius > self.max_radius:
+            raise ParameterError("initial_radius must not exceed max_radius")
+        if self.scaling not in ("quartic", "sqrt", "none"):
+            raise ParameterError(f"scaling must be 'quartic', 'sqrt' or 'none', got {self.scaling!r}")
+
+
+@dataclass(frozen=True)
+class IterationLog:
+    """One iteration: cost before the step, trust radius used, ratio, and timings [s].
+
+    ``times`` keys: residual, jacobian, assemble, factor (Cholesky + dogleg), trial
+    (evaluating the trial point).  ``violation`` = max ‖Zᵀτ_t‖∞ at the current iterate.
+    """
+
+    iteration: int
+    cost: float
+    radius: float
+    ratio: float
+    step_norm: float
+    accepted: bool
+    violation: float
+    gradient_norm: float
+    times: dict
+
+
+@dataclass
+class SolverResult:
+    """Result of a solve.
+
+    Attributes:
+      q: ``(T+1, nq)`` optimal configurations; v: ``(T+1, nv)``; tau: ``(T, nv)``
+      generalized forces; contact: ``(T, nv)`` contact forces; cost: final ``L``;
+      status: :class:`SolverStatus`; iterations: count; log: list of :class:`IterationLog`;
+      trust_radius: final ``Δ`` (reused by :meth:`IDTOSolver.warm_start`); solve_time [s].
+    """
+
+    q: np.ndarray
+    v: np.ndarray
+    tau: np.ndarray
+    contact: np.ndarray
+    cost: float
+    status: SolverStatus
+    iterations: int
+    log: list
+    trust_radius: float
+    solve_time: float
+
+    @property
+    def converged(self) -> bool:
+        return self.status is SolverStatus.CONVERGED
+
+
+# --------------------------------------------------------------------------- banded algebra
+
+
+class BandedHessian:
+    """Symmetric block-pentadiagonal matrix: ``blocks[k, d] = H_{k, k+d}``, shape ``(T, 3, n, n)``.
+
+    ``blocks[k, 0]`` are full symmetric blocks; entries with ``k + d ≥ T`` are ignored.
+    """
+
+    def __init__(self, blocks: np.ndarray):
+        self.blocks = blocks
+        self.T, _, self.n, _ = blocks.shape
+
+    @property
+    def size(self) -> int:
+        return self.T * self.n
+
+    def diagonal(self) -> np.ndarray:
+        return np.einsum("kii->ki", self.blocks[:, 0]).ravel()
+
+    def scaled(self, D: np.ndarray) -> "BandedHessian":
+        """``D H D`` for a diagonal ``D (T·n,)``."""
+        Dk = D.reshape(self.T, self.n)
+        out = self.blocks * Dk[:, None, :, None]
+        for d in range(3):
+            if self.T > d:
+                out[: self.T - d, d] *= Dk[d:, None, :]
+        return BandedHessian(out)
+
+    def matvec(self, x: np.ndarray) -> np.ndarray:
+        xb = x.reshape(self.T, self.n)
+        B = self.blocks
+        y = np.einsum("kij,kj->ki", B[:, 0], xb)
+        for d in (1, 2):
+            if self.T > d:
+                y[:-d] += np.einsum("kij,kj->ki", B[:-d, d], xb[d:])
+                y[d:] += np.einsum("kji,kj->ki", B[:-d, d], xb[:-d])
+        return y.ravel()
+
+    def to_banded(self) -> np.ndarray:
+        """Upper banded storage ``ab (u+1, N)``, ``u = 3n − 1``: ``ab[u + i − j, j] = H_ij`` (i ≤ j)."""
+        T, n = self.T, self.n
+        u = min(3 * n - 1, T * n - 1)
+        ab = np.zeros((u + 1, T * n))
+        a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        for d in range(3):
+            K = T - d
+            if K <= 0:
+                break
+            k = np.arange(K)[:, None, None]
+            i = k * n + a[None]
+            j = (k + d) * n + b[None]
+            vals = self.blocks[:K, d]
+            mask = np.broadcast_to(i <= j, vals.shape) if d == 0 else np.ones(vals.shape, bool)
+            ab[u + i[mask] - j[mask], j[mask]] = vals[mask]
+        return ab
+
+    def to_dense(self) -> np.ndarray:
+        """Dense ``(N, N)`` copy (tests and diagnostics only)."""
+        T, n = self.T, self.n
+        H = np.zeros((T * n, T * n))
+        for k in range(T):
+            for d in range(3):
+                if k + d < T:
+                    H[k * n:(k + 1) * n, (k + d) * n:(k + d + 1) * n] = self.blocks[k, d]
+                    if d:
+                        H[(k + d) * n:(k + d + 1) * n, k * n:(k + 1) * n] = self.blocks[k, d].T
+        return H
+
+
+def gauss_newton_system(problem: IDTOProblem, lin: Linearization):
+    """Gauss–Newton ``H = JᵀJ`` (as :class:`BandedHessian`) and gradient ``g = Jᵀr (T·nv,)``.
+
+    Accumulated block by block from the position, velocity and inverse-dynamics
+    residual Jacobians of ``lin``; cost ``O(T·nv²·(nv + mτ))``.
+    """
+    T, nv, mt = problem.T, problem.nv, problem.m_tau
+    r = lin.r
+    rq = r[: (T + 1) * nv].reshape(T + 1, nv)[1:]
+    rv = r[(T + 1) * nv: 2 * (T + 1) * nv].reshape(T + 1, nv)[1:]
+    rt = r[2 * (T + 1) * nv:].reshape(T, mt)
+    Hb = np.zeros((T, 3, nv, nv))
+    g = np.zeros((T, nv))
+    # positions: r_q,k+1 depends on block k
+    Hb[:, 0] += np.einsum("kmi,kmj->kij", lin.Jq, lin.Jq)
+    g += np.einsum("kmi,km->ki", lin.Jq, rq)
+    # velocities: r_v,k+1 depends on blocks k−1 (slot 0) and k (slot 1)
+    A0, A1 = lin.Jv[:, 0], lin.Jv[:, 1]
+    Hb[:, 0] += np.einsum("kmi,kmj->kij", A1, A1)
+    g += np.einsum("kmi,km->ki", A1, rv)
+    if T > 1:
+        Hb[:-1, 0] += np.einsum("kmi,kmj->kij", A0[1:], A0[1:])
+        Hb[:-1, 1] += np.einsum("kmi,kmj->kij", A0[1:], A1[1:])
+        g[:-1] += np.einsum("kmi,km->ki", A0[1:], rv[1:])
+    # inverse dynamics: r_τ,t depends on blocks t−2, t−1, t (slots 0, 1, 2)
+    S = lin.Jtau
+    for a in range(3):
+        lo = max(0, 2 - a)  # first t whose block t−2+a exists
+        if lo >= T:
+            continue
+        ks = np.arange(lo, T) - 2 + a
+        g[ks] += np.einsum("tmi,tm->ti", S[lo:, a], rt[lo:])
+        for b in range(a, 3):
+            Hb[ks, b - a] += np.einsum("tmi,tmj->tij", S[lo:, a], S[lo:, b])
+    # symmetrize the diagonal blocks exactly
+    Hb[:, 0] = 0.5 * (Hb[:, 0] + np.swapaxes(Hb[:, 0], 1, 2))
+    return BandedHessian(Hb), g.ravel()
+
+
+def _dogleg(pU, pH, radius):
+    """Dogleg point at ``radius``; returns ``(p, hit_boundary)``."""
+    nU = np.linalg.norm(pU)
+    if np.linalg.norm(pH) <= radius:
+        return pH, False
+    if nU >= radius:
+        return pU * (radius / nU), True
+    d = pH - pU
+    a, b, c = d @ d, 2 * pU @ d, pU @ pU - radius ** 2
+    s = (-b + math.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
+    return pU + s * d, True
+
+
+# --------------------------------------------------------------------------- solver
+
+
+class IDTOSolver:
+    """Trust-region Gauss–Newton (dogleg) solver for an :class:`IDTOProblem`.
+
+    Usage::
+
+        solver = IDTOSolver(problem)
+        result = solver.solve(q_guess)          # full solve
+        problem.set_initial_state(q_meas, v_meas)
+        result = solver.warm_start(q_shifted)   # MPC: one iteration, radius kept
+    """
+
+    def __init__(self, problem: IDTOProblem, options: SolverOptions | None = None):
+        if not isinstance(problem, IDTOProblem):
+            raise ParameterError(f"IDTOSolver: problem must be an IDTOProblem, got {type(problem).__name__}")
+        if options is None:
+            options = SolverOptions()
+        if not isinstance(options, SolverOptions):
+            raise ParameterError(f"IDTOSolver: options must be SolverOptions, got {type(options).__name__}")
+        self.problem = problem
+        self.options = options
+        self.trust_radius = options.initial_radius
+
+    def _scaling(self, diag: np.ndarray) -> np.ndarray:
+        mode = self.options.scaling
+        if mode == "none":
+            return np.ones_like(diag)
+        p = -0.25 if mode == "quartic" else -0.5
+        with np.errstate(divide="ignore"):
+            return np.minimum(1.0, np.where(diag > 0, diag, 0.0) ** p)
+
+    @staticmethod
+    def _factor(Hs: BandedHessian):
+        ab = Hs.to_banded()
+        shift = 0.0
+        scale = max(float(np.max(ab[-1])), 1e-300)
+        for _ in range(8):
+            try:
+                abs_ = ab.copy()
+                abs_[-1] += shift
+                return scipy.linalg.cholesky_banded(abs_, lower=False, check_finite=False)
+            except np.linalg.LinAlgError:
+                shift = 1e-12 * scale if shift == 0 else shift * 100
+        return None
+
+    def solve(self, q_guess, *, max_iterations: int | None = None, trust_radius: float | None = None) -> SolverResult:
+        """Minimize the problem's cost from ``q_guess (T+1, nq)`` (``q_guess[0]`` must equal ``q_init``).
+
+        Args:
+          max_iterations: override of ``options.max_iterations``.
+          trust_radius: initial ``Δ`` (default ``options.initial_radius``).
+
+        Returns:
+          :class:`SolverResult`.  ``self.trust_radius`` keeps the final radius.
+
+        Raises:
+          ShapeError, NonFiniteError, ParameterError: bad ``q_guess``.
+        """
+        pr = self.problem
+        q = pr.check_trajectory(q_guess)
+        opts = self.options
+        iters = opts.max_iterations if max_iterations is None else int(max_iterations)
+        if iters < 0:
+            raise ParameterError(f"max_iterations must be non-negative, got {max_iterations!r}")
+        radius = opts.initial_radius if trust_radius is None else check_positive("trust_radius", trust_radius)
+        t_start = time.perf_counter()
+        log = []
+        status = SolverStatus.MAX_ITERATIONS
+        lin = None
+        cost = None
+        k = 0
+        for k in range(iters):
+            times = {}
+            if lin is None:
+                lin = pr._linearize(q)
+                times.update(lin.times)
+                cost = 0.5 * float(lin.r @ lin.r)
+                t0 = time.perf_counter()
+                H, g = gauss_newton_system(pr, lin)
+                D = self._scaling(H.diagonal())
+                Hs = H.scaled(D)
+                gs = D * g
+                times["assemble"] = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                cb = self._factor(Hs)
+                if cb is None:
+                    status = SolverStatus.FACTORIZATION_FAILED
+                    break
+                pH = -scipy.linalg.cho_solve_banded((cb, False), gs, check_finite=False)
+                gHg = gs @ Hs.matvec(gs)
+                pU = -(gs @ gs) / gHg * gs if gHg > 0 else -gs
+                times["factor"] = time.perf_counter() - t0
+                violation = pr.unactuated_violation(lin.tau)
+            else:
+                times.update({"residual": 0.0, "jacobian": 0.0, "assemble": 0.0, "factor": 0.0})
+            t0 = time.perf_counter()
+            p, hit = _dogleg(pU, pH, radius)
+            pred = -(gs @ p + 0.5 * p @ Hs.matvec(p))
+            dq = D * p
+            q_new = pr.retract(q, dq)
+            r_new = pr._residuals(pr._trajectory(q_new))
+            cost_new = 0.5 * float(r_new @ r_new)
+            times["trial"] = time.perf_counter() - t0
+            actual = cost - cost_new
+            rho = actual / pred if pred > 0 else (0.0 if actual <= 0 else 1.0)
+            accepted = bool(rho > 0 and np.isfinite(cost_new))
+            log.append(IterationLog(k, cost, radius, float(rho), float(np.linalg.norm(p)), accepted,
+                                    violation, float(np.linalg.norm(g)), times))
+            if rho < 0.25:
+                radius /= 4.0
+            elif rho > 0.75 and hit:
+                radius = min(2.0 * radius, opts.max_radius)
+            if accepted:
+                done = self._converged(cost, cost_new, g @ dq, dq, q)
+                q, cost, lin = q_new, cost_new, None
+                if done:
+                    status = SolverStatus.CONVERGED
+                    k += 1
+                    break
+            if radius < opts.min_radius:
+                status = SolverStatus.TRUST_REGION_COLLAPSED
+                k += 1
+                break
+        else:
+            k = iters
+        self.trust_radius = radius
+        tr = pr._trajectory(q)
+        r = pr._residuals(tr)
+        return SolverResult(q, tr.v, tr.tau, tr.contact, 0.5 * float(r @ r), status, k, log, radius,
+                            time.perf_counter() - t_start)
+
+    def warm_start(self, q_guess, *, max_iterations: int = 1) -> SolverResult:
+        """MPC update: ``max_iterations`` (default 1) iterations from ``q_guess``, keeping the trust radius.
+
+        The caller first updates the problem (``set_initial_state`` with the
+        measured state, optionally ``set_nominal``) and passes the previous
+        solution resampled at the new start time with ``q_guess[0] = q_init``.
+        """
+        return self.solve(q_guess, max_iterations=max_iterations, trust_radius=self.trust_radius)
+
+    def _converged(self, cost, cost_new, gdq, dq, q) -> bool:
+        c = self.options.convergence
+        if c is None:
+            return False
+        eps = c.abs_tol + c.rel_tol * cost
+        if c.cost and abs(cost - cost_new) < eps:
+            return True
+        if c.gradient and abs(gdq) < eps:
+            return True
+        if c.step and np.linalg.norm(dq) < c.abs_tol + c.rel_tol * np.linalg.norm(q):
+            return True
+        return False

@@ -1,0 +1,326 @@
+"""Tests of the IDTO core: compliant contact, problem (residuals, Jacobians) and the trust-region solver."""
+
+import copy
+import math
+
+import mujoco
+import numpy as np
+import pytest
+import scipy.linalg
+
+from contactopt.errors import NonFiniteError, ParameterError, ShapeError
+from contactopt.idto import (
+    BandedHessian,
+    ContactModel,
+    ContactParameters,
+    IDTOProblem,
+    IDTOSolver,
+    SolverOptions,
+    SolverStatus,
+    gauss_newton_system,
+    hunt_crossley_factor,
+    regularized_friction,
+    softplus_normal_force,
+)
+from contactopt.model import integrate_position, load_model
+
+# --------------------------------------------------------------------------- contact laws
+
+
+def test_softplus_far_zero_deep_asymptote_and_spring_limit():
+    k, s = 800.0, 0.01
+    f, df = softplus_normal_force(np.array([1.0, 0.5]), k, s)
+    assert np.all(f < 1e-15) and np.all(np.abs(df) < 1e-15)
+    # deep: exactly −kφ beyond the asymptote switch, and within 1e-12 relative just before it
+    phi = np.array([-0.5, -0.36, -0.1])
+    f, df = softplus_normal_force(phi, k, s)
+    np.testing.assert_allclose(f, -k * phi + s * k * np.log1p(np.exp(phi / s)), rtol=1e-14)
+    np.testing.assert_allclose(f[:2], -k * phi[:2], rtol=1e-14)
+    assert f[0] == -k * phi[0]
+    assert f[2] - (-k * phi[2]) == pytest.approx(s * k * math.exp(-10), rel=1e-4)
+    np.testing.assert_allclose(df[:2], -k, rtol=1e-14)
+    # at φ = 0 the force is σ k log 2
+    assert softplus_normal_force(0.0, k, s)[0] == pytest.approx(s * k * math.log(2))
+    # σ → 0: linear spring k max(0, −φ)
+    for p in (-0.01, 0.02):
+        assert softplus_normal_force(p, k, 1e-7)[0] == pytest.approx(k * max(0.0, -p), abs=1e-3)
+    # φ_max: the force there equals the threshold
+    params = ContactParameters(stiffness=k, smoothing=s)
+    fmax = softplus_normal_force(params.max_distance, k, s)[0]
+    assert fmax == pytest.approx(params.force_threshold, rel=1e-6)
+    assert params.max_distance > 0
+
+
+def test_contact_law_derivatives_match_finite_differences(rng):
+    k, s, vd, vs = 500.0, 0.02, 0.1, 0.05
+    phi = rng.uniform(-0.1, 0.1, 20)
+    eps = 1e-7
+    f, df = softplus_normal_force(phi, k, s)
+    np.testing.assert_allclose(df, (softplus_normal_force(phi + eps, k, s)[0] - softplus_normal_force(phi - eps, k, s)[0]) / (2 * eps), rtol=1e-6, atol=1e-6)
+    vn = np.array([-0.3, -0.05, 0.03, 0.1, 0.19, 0.25, 0.5])
+    d, dd = hunt_crossley_factor(vn, vd)
+    np.testing.assert_allclose(dd, (hunt_crossley_factor(vn + eps, vd)[0] - hunt_crossley_factor(vn - eps, vd)[0]) / (2 * eps), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(d, [4.0, 1.5, (0.3 - 2) ** 2 / 4, 0.25, 0.0025, 0.0, 0.0], atol=1e-12)
+    vt = rng.normal(scale=0.1, size=(6, 2))
+    fn = rng.uniform(1, 10, 6)
+    ft, dvt, dfn = regularized_friction(vt, fn, 0.7, vs)
+    for j in range(2):
+        e = np.zeros(2)
+        e[j] = eps
+        fd = (regularized_friction(vt + e, fn, 0.7, vs)[0] - regularized_friction(vt - e, fn, 0.7, vs)[0]) / (2 * eps)
+        np.testing.assert_allclose(dvt[:, :, j], fd, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dfn, ft / fn[:, None], rtol=1e-12)
+    # friction opposes sliding and stays inside the cone
+    assert np.all(np.sum(ft * vt, axis=1) < 0)
+    assert np.all(np.linalg.norm(ft, axis=1) < 0.7 * fn)
+
+
+def test_contact_model_on_ball(rng):
+    m = load_model("ball")
+    params = ContactParameters(stiffness=1000.0, smoothing=0.001, dissipation_velocity=0.1, stiction_velocity=0.05, friction=0.5)
+    cm = ContactModel(m, params)
+    d = mujoco.MjData(m)
+    # far away: no pairs, zero force
+    d.qpos[:] = [0, 0, 1.1, 1, 0, 0, 0]
+    out = cm.forces(d, np.zeros(6), derivative=True)
+    assert out.gamma.shape == (0, 3) and np.all(out.generalized == 0)
+    # 5 mm penetration at rest: normal force ≈ k·0.005 upward, no friction
+    d.qpos[:] = [0, 0, 0.095, 1, 0, 0, 0]
+    out = cm.forces(d, np.zeros(6))
+    assert out.gamma.shape[0] == 1
+    assert out.generalized[2] == pytest.approx(1000 * 0.005 + 1.0 * math.log1p(math.exp(-5)), rel=1e-6)
+    np.testing.assert_allclose(out.generalized[[0, 1, 3, 4, 5]], 0, atol=1e-9)
+    # sliding in +x: friction along −x, and the rolling moment about y from it
+    v = np.array([0.3, 0, 0, 0, 0, 0])
+    out = cm.forces(d, v, derivative=True)
+    assert out.generalized[0] < 0
+    assert abs(out.generalized[0]) < 0.5 * out.generalized[2]
+    # ∂F/∂v against central differences
+    v = rng.normal(scale=0.05, size=6)
+    out = cm.forces(d, v, derivative=True)
+    fd = np.empty((6, 6))
+    for i in range(6):
+        e = np.zeros(6)
+        e[i] = 1e-7
+        fd[:, i] = (cm.generalized_force(d, v + e) - cm.generalized_force(d, v - e)) / 2e-7
+    np.testing.assert_allclose(out.dforce_dv, fd, rtol=1e-5, atol=1e-5)
+
+
+def test_contact_parameters_and_bodies_validation():
+    m = load_model("hopper")
+    for bad in (dict(stiffness=0), dict(smoothing=-1), dict(stiction_velocity=float("nan")), dict(friction=-0.1),
+                dict(dissipation_velocity="x")):
+        with pytest.raises(ParameterError):
+            ContactParameters(**bad)
+    with pytest.raises(ParameterError, match="unknown body"):
+        ContactModel(m, bodies=["no_such_body"])
+    # a filter that excludes the foot's body removes the foot contact
+    d = mujoco.MjData(m)
+    d.qpos[:] = m.key_qpos[0]
+    d.qpos[1] -= 0.01
+    assert np.abs(ContactModel(m, bodies=["shank"]).generalized_force(d, np.zeros(5))).max() > 1
+    assert np.all(ContactModel(m, bodies=["torso"]).generalized_force(d, np.zeros(5)) == 0)
+
+
+# --------------------------------------------------------------------------- problem
+
+
+def _hopper_problem(T=4, **kw):
+    m = load_model("hopper")
+    cm = ContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=1.0, stiction_velocity=0.05))
+    q0 = m.key_qpos[0].copy()
+    qn = q0.copy()
+    qn[0] += 0.3
+    args = dict(q_nom=qn, Qq=[10, 10, 10, 0.1, 0.1], Qv=1.0, R=0.01, Qf_q=100.0, Qf_v=1.0, contact=cm)
+    args.update(kw)
+    return m, IDTOProblem(m, T, 0.05, q0, **args)
+
+
+def test_inverse_dynamics_matches_mj_inverse(rng):
+    m = load_model("acrobot")
+    pr = IDTOProblem(m, 3, 0.05, np.zeros(2))
+    m2 = copy.deepcopy(m)
+    m2.opt.integrator = int(mujoco.mjtIntegrator.mjINT_RK4)  # no discrete-time correction in mj_inverse
+    m2.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
+    d2 = mujoco.MjData(m2)
+    q, v, a = rng.normal(size=2), rng.normal(size=2), rng.normal(size=2)
+    d2.qpos[:], d2.qvel[:], d2.qacc[:] = q, v, a
+    mujoco.mj_inverse(m2, d2)
+    tau, fc = pr.inverse_dynamics(q, v, a)
+    np.testing.assert_allclose(tau, d2.qfrc_inverse, rtol=1e-10, atol=1e-10)
+    assert np.all(fc == 0)
+
+
+def test_quaternion_aware_velocities_on_free_body():
+    m = load_model("ball")
+    q0 = np.array([0, 0, 1.1, 1, 0, 0, 0.0])
+    h = 0.05
+    w = np.array([0.2, -0.1, 0.05, 1.5, -2.0, 0.7])  # linear (world) + angular (local) velocity
+    q = [q0]
+    for _ in range(3):
+        q.append(integrate_position(m, q[-1], w, h))
+    q = np.array(q)
+    pr = IDTOProblem(m, 3, h, q0, v_init=w, R=1.0)
+    tr = pr.trajectory(q)
+    np.testing.assert_allclose(tr.v, np.tile(w, (4, 1)), atol=1e-9)
+    np.testing.assert_allclose(tr.a, 0, atol=1e-7)
+    # naive (q_t − q_{t−1})/h is the wrong length and wrong value for the rotation
+    assert tr.v.shape == (4, 6)
+    # a free-flying body at constant velocity needs τ = gravity compensation only (no contact far away)
+    np.testing.assert_allclose(tr.tau[:, 2], 9.81 * m.body_mass[1], rtol=1e-3)
+
+
+def _dense_fd_jacobian(pr, q, step=1e-6):
+    """Brute-force Jacobian of the whole residual vector w.r.t. tangent perturbations (central differences)."""
+    n = pr.num_variables
+    J = np.empty((pr.num_residuals, n))
+    for i in range(n):
+        e = np.zeros(n)
+        e[i] = step
+        J[:, i] = (pr.residuals(pr.retract(q, e)) - pr.residuals(pr.retract(q, -e))) / (2 * step)
+    return J
+
+
+@pytest.mark.parametrize("name", ["hopper", "ball"])
+def test_banded_hessian_and_gradient_match_dense_reference(name, rng):
+    if name == "hopper":
+        m, pr = _hopper_problem(T=4)
+        q = np.tile(pr.q_init, (5, 1))
+        q[1:, 1] -= np.linspace(0.001, 0.01, 4)  # foot in contact, moving
+        q[1:, 0] += np.linspace(0.0, 0.02, 4)
+    else:
+        m = load_model("ball")
+        q0 = np.array([0, 0, 0.098, 1, 0, 0, 0.0])
+        cm = ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.005, friction=0.5))
+        pr = IDTOProblem(m, 3, 0.05, q0, v_init=[0.1, 0, 0, 0, 0, 0], Qq=1.0, Qv=0.5, R=0.1, Qf_q=10, contact=cm)
+        q = [q0]
+        for _ in range(3):
+            q.append(integrate_position(m, q[-1], rng.normal(scale=[0.05, 0.05, 0.002, 0.5, 0.5, 0.5]), 1.0))
+        q = np.array(q)
+    lin = pr.linearize(q)
+    H, g = gauss_newton_system(pr, lin)
+    J = _dense_fd_jacobian(pr, q)
+    r = pr.residuals(q)
+    np.testing.assert_allclose(lin.r, r)
+    Hd = J.T @ J
+    scale = np.abs(Hd).max()
+    np.testing.assert_allclose(H.to_dense(), Hd, atol=2e-5 * scale)
+    np.testing.assert_allclose(g, J.T @ r, atol=2e-5 * np.abs(J.T @ r).max())
+    # the block storage is exactly JᵀJ of the assembled block Jacobian
+    Jb = pr.dense_jacobian(lin)
+    np.testing.assert_allclose(H.to_dense(), Jb.T @ Jb, atol=1e-9 * scale)
+    # pentadiagonal structure: blocks more than two steps apart vanish in the reference too
+    nv = pr.nv
+    for a in range(pr.T):
+        for b in range(a + 3, pr.T):
+            assert np.abs(Hd[a * nv:(a + 1) * nv, b * nv:(b + 1) * nv]).max() < 1e-6 * scale
+    assert pr.cost(q) == pytest.approx(0.5 * r @ r)
+
+
+def test_banded_storage_solves_like_dense(rng):
+    T, n = 6, 3
+    A = rng.normal(size=(T * n, T * n))
+    band = np.abs(np.arange(T * n)[:, None] // n - np.arange(T * n)[None, :] // n) <= 2
+    Hd = (A @ A.T) * band + T * n * np.eye(T * n)
+    blocks = np.zeros((T, 3, n, n))
+    for k in range(T):
+        for d in range(3):
+            if k + d < T:
+                blocks[k, d] = Hd[k * n:(k + 1) * n, (k + d) * n:(k + d + 1) * n]
+    H = BandedHessian(blocks)
+    np.testing.assert_allclose(H.to_dense(), Hd)
+    x = rng.normal(size=T * n)
+    np.testing.assert_allclose(H.matvec(x), Hd @ x, atol=1e-10)
+    sol = scipy.linalg.solveh_banded(H.to_banded(), x)
+    np.testing.assert_allclose(sol, np.linalg.solve(Hd, x), atol=1e-10)
+    D = rng.uniform(0.5, 1.5, T * n)
+    np.testing.assert_allclose(H.scaled(D).to_dense(), D[:, None] * Hd * D[None, :], atol=1e-10)
+
+
+# --------------------------------------------------------------------------- solver
+
+
+def test_acrobot_reaches_target_monotonically():
+    m = load_model("acrobot")
+    T, h = 20, 0.05
+    target = np.array([0.4, -0.3])
+    pr = IDTOProblem(m, T, h, np.zeros(2), q_nom=target, Qq=0.1, Qv=0.01, R=0.01, Qf_q=100.0, Qf_v=10.0,
+                     unactuated_penalty=100.0)
+    solver = IDTOSolver(pr, SolverOptions(max_iterations=60))
+    res = solver.solve(np.zeros((T + 1, 2)))
+    assert res.status is SolverStatus.CONVERGED, res.status
+    costs = [it.cost for it in res.log if it.accepted] + [res.cost]
+    assert all(b <= a for a, b in zip(costs, costs[1:]))
+    assert res.cost < 0.05 * res.log[0].cost
+    np.testing.assert_allclose(res.q[-1], target, atol=0.05)
+    assert np.abs(res.v[-1]).max() < 0.2
+    # the shoulder (unactuated) force is small relative to the elbow's
+    assert pr.unactuated_violation(res.tau) < 0.2 * np.abs(res.tau[:, 1]).max()
+    # log carries the breakdown
+    it = res.log[0]
+    assert set(it.times) >= {"residual", "jacobian", "assemble", "factor", "trial"}
+    assert it.radius == pytest.approx(0.1)
+    # warm start: one iteration from the solution keeps the radius and does not increase the cost
+    r2 = solver.warm_start(res.q)
+    assert r2.iterations == 1 and r2.log[0].radius == res.trust_radius
+    assert r2.cost <= res.cost + 1e-12
+
+
+@pytest.mark.slow
+def test_hopper_moves_forward_with_contact():
+    m, pr = _hopper_problem(T=20)
+    res = IDTOSolver(pr, SolverOptions(max_iterations=60)).solve(np.tile(pr.q_init, (21, 1)))
+    assert res.status is SolverStatus.CONVERGED
+    costs = [it.cost for it in res.log if it.accepted] + [res.cost]
+    assert all(b <= a for a, b in zip(costs, costs[1:]))
+    assert res.cost < 1e-4 * res.log[0].cost
+    assert res.q[-1, 0] > 0.2  # moved forward toward x = 0.3
+    assert np.abs(res.contact).max() > 10  # it used the ground
+
+
+def test_nominal_update_changes_cost():
+    m = load_model("acrobot")
+    pr = IDTOProblem(m, 5, 0.05, np.zeros(2), Qq=1.0)
+    q = np.zeros((6, 2))
+    c0 = pr.cost(q)
+    pr.set_nominal(np.array([0.5, 0.0]))
+    assert pr.cost(q) > c0
+    with pytest.raises(ShapeError):
+        pr.set_nominal(np.zeros((3, 2)))
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_bad_inputs_raise_clear_errors():
+    m = load_model("acrobot")
+    pr = IDTOProblem(m, 5, 0.05, np.zeros(2), Qq=1.0)
+    solver = IDTOSolver(pr)
+    with pytest.raises(ShapeError, match="q_guess"):
+        solver.solve(np.zeros((5, 2)))
+    with pytest.raises(ShapeError):
+        solver.solve(np.zeros((6, 3)))
+    with pytest.raises(ParameterError, match="q_init"):
+        solver.solve(np.full((6, 2), 0.1))
+    q = np.zeros((6, 2))
+    q[3, 1] = np.nan
+    with pytest.raises(NonFiniteError):
+        solver.solve(q)
+    for kw in (dict(Qq=-1.0), dict(R=[1.0, -1.0]), dict(Qf_v=[1.0, 2.0, 3.0])):
+        with pytest.raises((ParameterError, ShapeError)):
+            IDTOProblem(m, 5, 0.05, np.zeros(2), **kw)
+    for h in (0.0, -0.05, float("nan")):
+        with pytest.raises((ParameterError, NonFiniteError)):
+            IDTOProblem(m, 5, h, np.zeros(2))
+    with pytest.raises(ParameterError):
+        IDTOProblem(m, 0, 0.05, np.zeros(2))
+    with pytest.raises(ParameterError):
+        IDTOProblem(m, 5, 0.05, np.zeros(2), unactuated_penalty=-1)
+    with pytest.raises(ShapeError):
+        IDTOProblem(m, 5, 0.05, np.zeros(3))
+    with pytest.raises(ParameterError, match="different MjModel"):
+        IDTOProblem(m, 5, 0.05, np.zeros(2), contact=ContactModel(load_model("acrobot")))
+    with pytest.raises(ParameterError):
+        SolverOptions(initial_radius=0)
+    with pytest.raises(ParameterError):
+        SolverOptions(scaling="cubic")
