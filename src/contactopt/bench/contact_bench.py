@@ -286,13 +286,16 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
                       enable=progress) as bar:
         for model in loaded:
             pool = _state_pool(model)
-            rows = []
+            rows, skipped = [], []
             for k in CONTACT_COUNTS:
                 row = benchmark_contacts(model, k, min_time=min_time, pool=pool)
                 if row is not None:
                     rows.append(row)
+                else:
+                    skipped.append(k)
                 bar.update(1)
-            out_models.append({"name": model_name(model), "nv": int(model.nv), "rows": rows})
+            out_models.append({"name": model_name(model), "nv": int(model.nv), "rows": rows,
+                               "skipped_contact_counts": skipped})
         drops = [ball_drop(schedule="linear"), ball_drop(schedule="smooth-onset")]
         bar.update(1)
     written = []
@@ -322,6 +325,8 @@ def table(result: dict) -> str:
         rows = [dict(r, paper=PAPER_TABLE_1.get(str(r["contacts"]))) for r in m["rows"]]
         parts.append(f"{m['name']} (nv = {m['nv']}), one thread, batches of {PROBLEMS_PER_ROW} problems:")
         parts.append(format_table(rows, cols))
+        if m.get("skipped_contact_counts"):
+            parts.append(f"  no state of {m['name']} reached {m['skipped_contact_counts']} contacts within w_max")
     for b in result["ball_drop"]:
         parts.append(
             f"ball drop (h = {b['timestep'] * 1e3:g} ms, κ = {b['kappa']:g}, {b['schedule']} R): impulse "
