@@ -136,6 +136,13 @@ def test_bench_contact_json_and_plot(tmp_path):
     assert all(b["max_penetration"] < 1e-3 for b in result["ball_drop"])
 
 
+def test_output_piped_into_a_closed_reader_is_not_an_error():
+    proc = subprocess.Popen(CLI + ["models"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before the CLI prints (like `| head -0`)
+    assert proc.wait(timeout=60) == 0
+    assert b"Traceback" not in proc.stderr.read()
+
+
 def test_run_lists_tasks():
     proc = run_cli("run")
     assert "No tasks are registered yet" in proc.stdout or proc.stdout.strip()

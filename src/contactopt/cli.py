@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -88,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("contactopt: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into e.g. `head`, which closed early
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
+        return 0
     for message in dict.fromkeys(warnings):
         print(f"contactopt: mujoco warning: {message}", file=sys.stderr)
     return status
