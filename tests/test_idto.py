@@ -324,3 +324,190 @@ def test_bad_inputs_raise_clear_errors():
         SolverOptions(initial_radius=0)
     with pytest.raises(ParameterError):
         SolverOptions(scaling="cubic")
+
+
+# --------------------------------------------------------------------------- equality-constrained underactuation
+
+
+def test_constrained_underactuation_drives_violation_to_zero():
+    m = load_model("acrobot")
+    T, h = 20, 0.05
+    target = np.array([0.4, -0.3])
+    results = {}
+    for mode in ("penalty", "constrained"):
+        pr = IDTOProblem(m, T, h, np.zeros(2), q_nom=target, Qq=0.1, Qv=0.01, R=0.01, Qf_q=100.0, Qf_v=10.0,
+                         unactuated_penalty=100.0)
+        solver = IDTOSolver(pr, SolverOptions(max_iterations=80, underactuation=mode))
+        assert solver.constrained == (mode == "constrained")
+        res = solver.solve(np.zeros((T + 1, 2)))
+        assert res.status is SolverStatus.CONVERGED, (mode, res.status)
+        results[mode] = (pr, res)
+    pr_p, res_p = results["penalty"]
+    pr_c, res_c = results["constrained"]
+    viol_c = pr_c.unactuated_violation(res_c.tau)
+    viol_p = pr_p.unactuated_violation(res_p.tau)
+    assert viol_c < 1e-6
+    assert viol_p > 1e-4 and viol_p > 100 * viol_c
+    # both reach the target; the constrained one only moves with the elbow torque
+    np.testing.assert_allclose(res_c.q[-1], target, atol=0.05)
+    np.testing.assert_allclose(res_c.tau[:, 0], 0, atol=1e-6)
+    # the log records the constraint violation and multipliers per iteration
+    viols = [it.violation for it in res_c.log]
+    assert len(viols) == res_c.iterations and all(np.isfinite(viols))
+    assert max(viols) > 1e-2  # infeasible along the way (the guess is not dynamically feasible)
+    assert all(it.multiplier_norm > 0 for it in res_c.log[1:])
+    assert all(it.multiplier_norm == 0 for it in res_p.log)
+    # the constrained cost has no penalty rows: it equals the penalty problem's cost minus the penalty term
+    assert res_c.cost == pytest.approx(pr_c.cost(res_c.q) - h * 100.0 * np.sum((res_c.tau @ pr_c.Z) ** 2), rel=1e-9)
+
+
+def test_constrained_step_satisfies_linearized_constraints(rng):
+    """The full Gauss–Newton step of the multiplier dogleg is the KKT solution (dense check, small problem)."""
+    m = load_model("acrobot")
+    T = 5
+    pr = IDTOProblem(m, T, 0.05, np.zeros(2), q_nom=np.array([0.3, 0.2]), Qq=1.0, Qv=0.1, R=0.1, Qf_q=10.0,
+                     unactuated_penalty=10.0)
+    solver = IDTOSolver(pr, SolverOptions(underactuation="constrained", scaling="none"))
+    q = np.vstack([np.zeros(2), rng.normal(scale=0.1, size=(T, 2))])
+    lin = solver._cost_rows(pr.linearize(q))
+    assert lin.Jtau.shape[2] == pr.nv  # penalty rows dropped
+    H, g = gauss_newton_system(pr, lin)
+    cb = solver._factor(H)
+    Ab = solver._constraint_jacobian(lin)
+    hval = pr.unactuated_forces(lin.tau)
+    lam, gl = solver._multipliers(cb, H, g, np.ones(T * 2), Ab, hval)
+    p = -scipy.linalg.cho_solve_banded((cb, False), gl)
+    # dense KKT reference
+    Hd = H.to_dense()
+    A = np.zeros((T, T * 2))
+    for t in range(T):
+        for slot in range(3):
+            k = t - 2 + slot
+            if k >= 0:
+                A[t, 2 * k:2 * k + 2] = Ab[t, slot]
+    K = np.block([[Hd, A.T], [A, np.zeros((T, T))]])
+    sol = np.linalg.solve(K, np.concatenate([-g, -hval]))
+    np.testing.assert_allclose(p, sol[:2 * T], rtol=1e-7, atol=1e-9 * np.abs(sol).max())
+    np.testing.assert_allclose(lam, sol[2 * T:], rtol=1e-7, atol=1e-9 * np.abs(sol).max())
+    np.testing.assert_allclose(A @ p, -hval, atol=1e-8 * max(1.0, np.abs(hval).max()))
+    # the constraint Jacobian matches finite differences of Zᵀτ
+    eps = 1e-6
+    for i in range(2 * T):
+        e = np.zeros(2 * T)
+        e[i] = eps
+        fd = (pr.unactuated_forces(pr.trajectory(pr.retract(q, e)).tau)
+              - pr.unactuated_forces(pr.trajectory(pr.retract(q, -e)).tau)) / (2 * eps)
+        np.testing.assert_allclose(A[:, i], fd, rtol=1e-4, atol=1e-4 * np.abs(A).max())
+    with pytest.raises(ParameterError):
+        SolverOptions(underactuation="lagrange")
+
+
+# --------------------------------------------------------------------------- inverse-dynamics backends
+
+
+def _mujoco_rollout(T, h, rng):
+    m = load_model("hopper")
+    mm = copy.deepcopy(m)
+    mm.opt.timestep = h
+    mm.opt.integrator = int(mujoco.mjtIntegrator.mjINT_EULER)
+    mm.opt.tolerance = 1e-14  # tight forward solve: the recovery error is then round-off
+    mm.opt.iterations = 200
+    d = mujoco.MjData(mm)
+    d.qpos[:] = m.key_qpos[0]
+    q, u = [d.qpos.copy()], []
+    for _ in range(T):
+        d.ctrl[:] = rng.uniform(-0.5, 0.5, m.nu)
+        mujoco.mj_step(mm, d)
+        u.append(d.qfrc_actuator.copy())  # evaluated at the pre-step state
+        q.append(d.qpos.copy())
+    return m, np.array(q), np.array(u)
+
+
+def _convex_rollout(T, h, rng):
+    from contactopt.contact import ConvexDynamics
+
+    m = load_model("hopper")
+    mh = copy.deepcopy(m)
+    mh.opt.timestep = h
+    cd = ConvexDynamics(mh)
+    q, v, u = [m.key_qpos[0].copy()], np.zeros(m.nv), []
+    for _ in range(T):
+        ut = rng.normal(scale=5.0, size=m.nv)
+        st = cd.forward(q[-1], v, qfrc_applied=ut)
+        q.append(st.qpos)
+        v = st.qvel
+        u.append(ut)
+    return m, np.array(q), np.array(u)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "convex"])
+def test_backend_recovers_applied_forces(backend, rng):
+    T, h = 30, 0.01
+    m, q, u = (_mujoco_rollout if backend == "mujoco" else _convex_rollout)(T, h, rng)
+    pr = IDTOProblem(m, T, h, q[0], backend=backend)
+    tr = pr.trajectory(q)
+    assert np.abs(tr.contact).max() > 10  # the foot hit the ground during the rollout
+    np.testing.assert_allclose(tr.tau, u, rtol=0, atol=1e-8 * np.abs(u).max())
+    # the compliant backend (another contact model, implicit-in-state) does not reproduce them
+    assert np.abs(IDTOProblem(m, T, h, q[0]).trajectory(q).tau - u).max() > 1e-3 * np.abs(u).max()
+
+
+@pytest.mark.parametrize("backend", ["compliant", "mujoco", "convex"])
+def test_solver_lowers_cost_with_each_backend(backend):
+    m = load_model("hopper")
+    T = 4
+    q0 = m.key_qpos[0].copy()
+    qn = q0.copy()
+    qn[0] += 0.05
+    kw = dict(q_nom=qn, Qq=[10, 10, 10, 0.1, 0.1], Qv=1.0, R=0.01, Qf_q=100.0, Qf_v=1.0)
+    if backend == "compliant":
+        kw["contact"] = ContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=1.0))
+    pr = IDTOProblem(m, T, 0.02, q0, backend=backend, **kw)
+    assert pr.backend == backend
+    res = IDTOSolver(pr, SolverOptions(max_iterations=8)).solve(np.tile(q0, (T + 1, 1)))
+    costs = [it.cost for it in res.log if it.accepted] + [res.cost]
+    assert all(b <= a + 1e-12 for a, b in zip(costs, costs[1:]))
+    assert res.cost < 0.5 * res.log[0].cost
+    assert np.all(np.isfinite(res.tau))
+
+
+def test_backend_validation():
+    m = load_model("hopper")
+    with pytest.raises(ParameterError, match="backend"):
+        IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="rigid")
+    with pytest.raises(ParameterError, match="contact=None"):
+        IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="mujoco", contact=ContactModel(m))
+    with pytest.raises(ParameterError, match="convex_contact"):
+        IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="convex", convex_contact="x")
+
+
+def test_constrained_hopper_with_contact():
+    m, pr = _hopper_problem(T=20)
+    res = IDTOSolver(pr, SolverOptions(max_iterations=100, underactuation="constrained")).solve(
+        np.tile(pr.q_init, (21, 1)))
+    assert res.status is SolverStatus.CONVERGED, res.status
+    assert pr.unactuated_violation(res.tau) < 1e-6  # 3 unactuated directions (the floating base)
+    assert res.q[-1, 0] > 0.2
+    assert np.abs(res.contact).max() > 10
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "convex"])
+def test_backend_jacobian_threads_match_serial(backend, rng):
+    m, q, _ = (_mujoco_rollout if backend == "mujoco" else _convex_rollout)(6, 0.01, rng)
+    lin1 = IDTOProblem(m, 6, 0.01, q[0], backend=backend, Qq=1.0, R=0.1).linearize(q)
+    lin2 = IDTOProblem(m, 6, 0.01, q[0], backend=backend, Qq=1.0, R=0.1, workers=2).linearize(q)
+    np.testing.assert_allclose(lin2.Jtau, lin1.Jtau, rtol=1e-12, atol=1e-12 * np.abs(lin1.Jtau).max())
+    np.testing.assert_allclose(lin2.r, lin1.r)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "convex"])
+def test_backend_jacobian_matches_dense_reference(backend, rng):
+    m = load_model("acrobot")
+    T = 4
+    pr = IDTOProblem(m, T, 0.05, np.zeros(2), v_init=[0.3, -0.2], Qq=1.0, Qv=0.1, R=0.1, Qf_q=10.0,
+                     backend=backend)
+    q = np.vstack([np.zeros(2), rng.normal(scale=0.2, size=(T, 2))])
+    lin = pr.linearize(q)
+    J = _dense_fd_jacobian(pr, q)
+    Jb = pr.dense_jacobian(lin)
+    np.testing.assert_allclose(Jb, J, atol=1e-5 * np.abs(J).max())

@@ -5,7 +5,8 @@
 * :mod:`.problem` — :class:`IDTOProblem`: decision variables ``q_1 … q_T``,
   implicit inverse dynamics, residual form ``L = ½‖r‖²`` and block Jacobians.
 * :mod:`.solver` — :class:`IDTOSolver`: Gauss–Newton with a block-pentadiagonal
-  Hessian, banded Cholesky, diagonal scaling and a dogleg trust region.
+  Hessian, banded Cholesky, diagonal scaling and a dogleg trust region; penalty or
+  equality-constrained (Lagrange-multiplier) treatment of underactuation.
 """
 
 from .contact import (

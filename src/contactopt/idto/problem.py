@@ -25,6 +25,24 @@ where ``Z`` spans the unactuated directions (``actuation_map``) and ``w_u`` is
 the quadratic penalty on unactuated forces.  It is written ``L = ½‖r(q)‖²`` with
 the residual ``r`` of :meth:`IDTOProblem.residuals`.
 
+Inverse-dynamics backends (``backend=``):
+
+* ``"compliant"`` (default): the formula above, rigid-body terms from a
+  constraint-free model copy plus :class:`~contactopt.idto.contact.ContactModel`;
+* ``"mujoco"``: MuJoCo's analytic inverse dynamics with its own soft contacts,
+  ``mj_inverse`` with ``mjENBL_INVDISCRETE`` on a copy whose integrator is
+  Euler with time step ``h``: ``τ_t = qfrc_inverse(q_t, v_t, a_t)``, the
+  generalized force that makes one ``mj_step`` go from ``(q_t, v_t)`` to
+  ``(q_{t+1}, v_{t+1})`` (semi-implicit Euler, implicit joint damping);
+* ``"convex"``: the convex invertible contact model,
+  ``τ_t = ConvexDynamics(copy with timestep h).inverse(q_t, v_t, v_{t+1}).qfrc``,
+  the force that makes ``ConvexDynamics.forward`` go from ``(q_t, v_t)`` to
+  ``v_{t+1}`` (and ``q_{t+1} = q_t ⊕ h v_{t+1}``).
+
+The last two evaluate the dynamics at the *current* state ``(q_t, v_t)``
+(explicit-in-position time stepping, as the simulators that they invert) rather
+than at ``(q_{t+1}, v_{t+1})``; the stencil ``q_{t−1}, q_t, q_{t+1}`` is the same.
+
 Each ``τ_t`` depends on ``q_{t−1}, q_t, q_{t+1}``, so the Gauss–Newton Hessian
 ``JᵀJ`` is block-pentadiagonal with ``nv × nv`` blocks.  Derivatives are taken
 with respect to tangent-space perturbations ``q_t ⊕ δ`` (``δ ∈ R^nv``).
@@ -83,6 +101,7 @@ class Linearization:
         (slots of the fixed ``q_{−1}, q_0`` are zero).
       times: seconds spent in ``"residual"`` and ``"jacobian"``.
       tau: ``(T, nv)`` inverse-dynamics forces at the linearization point.
+      dtau: ``(T, 3, nv, nv)`` the unweighted ∂τ_t/∂(q_{t−1}, q_t, q_{t+1}) (``Jtau = W dtau``).
     """
 
     r: np.ndarray
@@ -91,6 +110,7 @@ class Linearization:
     Jtau: np.ndarray
     times: dict
     tau: np.ndarray | None = None
+    dtau: np.ndarray | None = None
 
 
 def _weights(name, value, nv, *, allow_zero=True) -> np.ndarray:
@@ -104,7 +124,7 @@ def _weights(name, value, nv, *, allow_zero=True) -> np.ndarray:
 
 
 class IDTOProblem:
-    """Inverse-dynamics trajectory optimization problem (penalty treatment of underactuation).
+    """Inverse-dynamics trajectory optimization problem (selectable inverse-dynamics backend).
 
     Args:
       model: ``MjModel`` (not modified; a private copy with constraints
@@ -120,6 +140,12 @@ class IDTOProblem:
       unactuated_penalty: ``w_u ≥ 0`` on ``‖Zᵀτ_t‖²`` (default 1e3·max(R, 1)).
       contact: a :class:`ContactModel` of ``model`` or None (no contact forces).
       workers: threads for the Jacobian (time steps in parallel); 1 = serial.
+      backend: inverse dynamics, ``"compliant"`` (default), ``"mujoco"`` or
+        ``"convex"`` (module docstring).  ``contact`` must be None for the latter two.
+      convex_contact: :class:`~contactopt.contact.ConvexContactModel` for the
+        ``"convex"`` backend (default parameters if None).
+      penalize_unactuated: include the ``w_u ‖Zᵀτ‖²`` rows in the residual
+        (False: cost without them, for the equality-constrained solver).
 
     Raises:
       ShapeError / NonFiniteError: bad array shapes or values.
@@ -130,7 +156,8 @@ class IDTOProblem:
     def __init__(self, model: mujoco.MjModel, num_steps: int, time_step: float, q_init, v_init=None, *,
                  q_nom=None, v_nom=None, Qq=0.0, Qv=0.0, R=1e-3, Qf_q=0.0, Qf_v=0.0,
                  unactuated_penalty: float | None = None, contact: ContactModel | None = None,
-                 workers: int = 1):
+                 workers: int = 1, backend: str = "compliant", convex_contact=None,
+                 penalize_unactuated: bool = True):
         if not isinstance(model, mujoco.MjModel):
             raise ParameterError(f"IDTOProblem: model must be a mujoco.MjModel, got {type(model).__name__}")
         if isinstance(num_steps, (bool, np.bool_)) or int(num_steps) != num_steps or num_steps < 1:
@@ -163,6 +190,11 @@ class IDTOProblem:
             if contact.model is not model:
                 raise ParameterError("contact: the ContactModel was built for a different MjModel")
         self.contact = contact
+        if backend not in ("compliant", "mujoco", "convex"):
+            raise ParameterError(f"backend must be 'compliant', 'mujoco' or 'convex', got {backend!r}")
+        if backend != "compliant" and contact is not None:
+            raise ParameterError(f"contact: the {backend!r} backend has its own contact model; pass contact=None")
+        self.backend = backend
         if isinstance(workers, (bool, np.bool_)) or int(workers) != workers or workers < 1:
             raise ParameterError(f"workers must be a positive integer, got {workers!r}")
         self.workers = int(workers)
@@ -172,6 +204,20 @@ class IDTOProblem:
         self._m = copy.deepcopy(model)
         self._m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
         self._local = threading.local()
+        self._convex_contact = convex_contact
+        if backend == "mujoco":
+            # Full model (MuJoCo soft constraints on), semi-implicit Euler with step h, discrete inverse.
+            self._m = copy.deepcopy(model)
+            self._m.opt.timestep = self.h
+            self._m.opt.integrator = int(mujoco.mjtIntegrator.mjINT_EULER)
+            self._m.opt.enableflags |= int(mujoco.mjtEnableBit.mjENBL_INVDISCRETE)
+        elif backend == "convex":
+            from ..contact import ConvexContactModel
+            if convex_contact is not None and not isinstance(convex_contact, ConvexContactModel):
+                raise ParameterError(
+                    f"convex_contact must be a ConvexContactModel or None, got {type(convex_contact).__name__}")
+            self._mh = copy.deepcopy(model)
+            self._mh.opt.timestep = self.h
 
         # Per-dof magnitude source for finite-difference steps (−1: rotational dof of a quaternion joint).
         self._dof_qadr = np.full(nv, -1, dtype=np.intp)
@@ -188,7 +234,8 @@ class IDTOProblem:
         self._wqf = np.sqrt(2 * self.Qf_q)
         self._wvf = np.sqrt(2 * self.Qf_v)
         W = np.diag(np.sqrt(2 * self.h * self.R))
-        if wu > 0 and self.Z.shape[1]:
+        self.penalize_unactuated = bool(penalize_unactuated)
+        if wu > 0 and self.Z.shape[1] and self.penalize_unactuated:
             W = np.vstack([W, math.sqrt(2 * self.h * wu) * self.Z.T])
         self._Wtau = W  # (mτ, nv)
         self.m_tau = W.shape[0]
@@ -260,6 +307,13 @@ class IDTOProblem:
             d = self._local.data = mujoco.MjData(self._m)
         return d
 
+    def _convex(self):
+        cd = getattr(self._local, "convex", None)
+        if cd is None:
+            from ..contact import ConvexDynamics
+            cd = self._local.convex = ConvexDynamics(self._mh, self._convex_contact)
+        return cd
+
     def _diff(self, q0, q1, dt) -> np.ndarray:
         out = np.empty(self.nv)
         mujoco.mj_differentiatePos(self.model, out, dt, q0, q1)
@@ -305,6 +359,30 @@ class IDTOProblem:
             return tau, fc, M
         return tau, fc
 
+    def step_inverse_dynamics(self, q, v, q_next, v_next):
+        """``τ_t`` of the selected backend for the step ``(q_t, v_t) → (q_{t+1}, v_{t+1})``.
+
+        Args:
+          q, q_next: ``(nq,)``; v, v_next: ``(nv,)`` (``v_next`` is ``(q_next ⊖ q)/h``).
+
+        Returns:
+          ``(τ (nv,), F_contact (nv,))``: for ``"mujoco"`` the contact term is
+          MuJoCo's ``qfrc_constraint``, for ``"convex"`` ``Jᵀf/h``.
+        """
+        h = self.h
+        if self.backend == "compliant":
+            return self.inverse_dynamics(q_next, v_next, (v_next - v) / h)
+        if self.backend == "mujoco":
+            m, d = self._m, self._data()
+            d.qpos[:] = q
+            d.qvel[:] = v
+            d.qacc[:] = (v_next - v) / h
+            mujoco.mj_inverse(m, d)
+            return d.qfrc_inverse.copy(), d.qfrc_constraint.copy()
+        st = self._convex().inverse(q, v, v_next)
+        fc = st.problem.space.J.T @ st.f / h if st.f.size else np.zeros(self.nv)
+        return st.qfrc.copy(), fc
+
     def trajectory(self, q) -> Trajectory:
         """Velocities, accelerations, inverse-dynamics forces of a trajectory ``q (T+1, nq)``."""
         q = self.check_trajectory(q, name="q")
@@ -323,7 +401,7 @@ class IDTOProblem:
         tau = np.empty((self.T, self.nv))
         fc = np.empty((self.T, self.nv))
         for t in range(self.T):
-            tau[t], fc[t] = self.inverse_dynamics(q[t + 1], v[t + 1], a[t])
+            tau[t], fc[t] = self.step_inverse_dynamics(q[t], v[t], q[t + 1], v[t + 1])
         return Trajectory(q, v, a, tau, fc)
 
     def residuals(self, q) -> np.ndarray:
@@ -336,6 +414,10 @@ class IDTOProblem:
         """
         q = self.check_trajectory(q, name="q")
         return self._residuals(self._trajectory(q))
+
+    def unactuated_forces(self, tau) -> np.ndarray:
+        """``(T·nz,)`` stacked ``Zᵀ τ_t`` of ``tau (T, nv)`` (the equality constraints ``h(q) = 0``)."""
+        return (np.asarray(tau) @ self.Z).ravel()
 
     def _residuals(self, tr: Trajectory) -> np.ndarray:
         T, nv = self.T, self.nv
@@ -392,17 +474,31 @@ class IDTOProblem:
     def _tau_jac(self, t, q, v, dvdq_prev):
         """Blocks ∂τ_t/∂(q_{t−1}, q_t, q_{t+1}) (3, nv, nv); zero for fixed configurations.
 
-        ∂τ_t/∂q_{t−1} is analytic: τ_t depends on q_{t−1} only through
-        ``a_t = (v_{t+1} − v_t)/h``, so it is ``−M(q_{t+1}) (∂v_t/∂q_{t−1}) / h``.
+        τ_t depends on q_{t−1} only through ``v_t``, so that block is
+        ``(∂τ_t/∂v_t)(∂v_t/∂q_{t−1})``; for the compliant backend ``∂τ_t/∂v_t = −M(q_{t+1})/h``
+        analytically, for the others a forward difference in ``v_t``.
         ∂/∂q_t and ∂/∂q_{t+1} are forward differences of the full inverse dynamics.
         """
         nv, h = self.nv, self.h
         out = np.zeros((3, nv, nv))
         v_t = v[t]
         v_n = v[t + 1]
-        tau0, _, M = self.inverse_dynamics(q[t + 1], v_n, (v_n - v_t) / h, mass_matrix=True)
+        compliant = self.backend == "compliant"
+        if compliant:
+            tau0, _, M = self.inverse_dynamics(q[t + 1], v_n, (v_n - v_t) / h, mass_matrix=True)
+        else:
+            tau0 = self.step_inverse_dynamics(q[t], v_t, q[t + 1], v_n)[0]
         if t >= 2:
-            out[0] = -M @ dvdq_prev[t] / h
+            if compliant:
+                out[0] = -M @ dvdq_prev[t] / h
+            else:
+                dtdv = np.empty((nv, nv))
+                for i in range(nv):
+                    s = _SQRT_EPS * max(1.0, abs(v_t[i]))
+                    vp = v_t.copy()
+                    vp[i] += s
+                    dtdv[:, i] = (self.step_inverse_dynamics(q[t], vp, q[t + 1], v_n)[0] - tau0) / s
+                out[0] = dtdv @ dvdq_prev[t]
         if t >= 1:  # perturb q_t: changes v_t and v_{t+1}
             for i, s in enumerate(self._steps(q[t])):
                 e = np.zeros(nv)
@@ -410,13 +506,13 @@ class IDTOProblem:
                 qp = self._plus(q[t], e)
                 vt = self._diff(q[t - 1], qp, h)
                 vn = self._diff(qp, q[t + 1], h)
-                out[1][:, i] = (self.inverse_dynamics(q[t + 1], vn, (vn - vt) / h)[0] - tau0) / s
+                out[1][:, i] = (self.step_inverse_dynamics(qp, vt, q[t + 1], vn)[0] - tau0) / s
         for i, s in enumerate(self._steps(q[t + 1])):  # perturb q_{t+1}
             e = np.zeros(nv)
             e[i] = s
             qp = self._plus(q[t + 1], e)
             vn = self._diff(q[t], qp, h)
-            out[2][:, i] = (self.inverse_dynamics(qp, vn, (vn - v_t) / h)[0] - tau0) / s
+            out[2][:, i] = (self.step_inverse_dynamics(q[t], v_t, qp, vn)[0] - tau0) / s
         return out
 
     def linearize(self, q) -> Linearization:
@@ -448,9 +544,10 @@ class IDTOProblem:
             blocks = list(self._pool.map(lambda t: self._tau_jac(t, q, tr.v, dvdq_prev), range(T)))
         else:
             blocks = [self._tau_jac(t, q, tr.v, dvdq_prev) for t in range(T)]
-        Jtau = np.einsum("mn,tknv->tkmv", self._Wtau, np.asarray(blocks))
+        dtau = np.asarray(blocks)
+        Jtau = np.einsum("mn,tknv->tkmv", self._Wtau, dtau)
         t2 = time.perf_counter()
-        return Linearization(r, Jq, Jv, Jtau, {"residual": t1 - t0, "jacobian": t2 - t1}, tr.tau)
+        return Linearization(r, Jq, Jv, Jtau, {"residual": t1 - t0, "jacobian": t2 - t1}, tr.tau, dtau)
 
     def dense_jacobian(self, lin: Linearization) -> np.ndarray:
         """Dense ``(m, T·nv)`` Jacobian assembled from the blocks (for tests and small problems)."""

@@ -17,7 +17,22 @@ Per iteration (penalty treatment of underactuation):
    ``Δ ← Δ/4`` if ``ρ < 0.25``; ``Δ ← min(2Δ, Δ_max)`` if ``ρ > 0.75`` and the
    step reached the boundary.
 
-The equality-constrained (Lagrange-multiplier) variant is not implemented here.
+Equality-constrained treatment of underactuation (``SolverOptions(underactuation="constrained")``):
+the unactuated forces ``h(q) = [Zᵀτ_0; …; Zᵀτ_{T−1}] = 0`` are equality
+constraints (the penalty rows are dropped from the cost), with the block-banded
+Jacobian ``A = ∂h/∂q`` (``Zᵀ ∂τ_t/∂(q_{t−1}, q_t, q_{t+1})``).  In scaled variables
+(``Ã = A D``) the multipliers are
+
+    λ = (Ã H̃⁻¹ Ãᵀ)⁻¹ (h − Ã H̃⁻¹ g̃),
+
+computed with the banded Cholesky of ``H̃`` (``T·nz`` right-hand sides) and a
+dense ``(T·nz)²`` Cholesky of the small multiplier system (``nz`` = unactuated
+directions; never a ``(T·nv)²`` factorization).  The dogleg then runs on
+``g̃_λ = g̃ + Ãᵀλ``: ``p_H = −H̃⁻¹ g̃_λ`` is the KKT step of
+``[H̃ Ãᵀ; Ã 0][p; λ] = [−g̃; −h]`` (it satisfies ``Ã p = −h``), the Cauchy point
+is taken along ``−g̃_λ``, and steps are judged on the merit ``φ = L + λᵀh(q)``
+with ``λ`` held fixed (predicted reduction ``−g̃_λᵀp − ½pᵀH̃p``).  In this mode the
+convergence tests also require ``max|h| ≤ constraint_tol``.
 """
 
 from __future__ import annotations
@@ -85,6 +100,9 @@ class SolverOptions:
       min_radius: stop with TRUST_REGION_COLLAPSED when ``Δ`` drops below it.
       scaling: ``"quartic"`` (``D = min(1, H_ii^−1/4)``), ``"sqrt"`` (``^−1/2``) or ``"none"``.
       convergence: :class:`ConvergenceCriteria` or None (run ``max_iterations``).
+      underactuation: ``"penalty"`` (the problem's ``w_u ‖Zᵀτ‖²`` rows, default) or
+        ``"constrained"`` (``Zᵀτ_t = 0`` as equality constraints, Lagrange-multiplier dogleg).
+      constraint_tol: in constrained mode, convergence also needs ``max_t ‖Zᵀτ_t‖∞ ≤ constraint_tol``.
     """
 
     max_iterations: int = 100
@@ -93,8 +111,14 @@ class SolverOptions:
     min_radius: float = 1e-12
     scaling: str = "quartic"
     convergence: ConvergenceCriteria | None = field(default_factory=ConvergenceCriteria)
+    underactuation: str = "penalty"
+    constraint_tol: float = 1e-8
 
     def __post_init__(self):
+        if self.underactuation not in ("penalty", "constrained"):
+            raise ParameterError(
+                f"underactuation must be 'penalty' or 'constrained', got {self.underactuation!r}")
+        check_positive("constraint_tol", self.constraint_tol)
         if int(self.max_iterations) != self.max_iterations or self.max_iterations < 0:
             raise ParameterError(f"max_iterations must be a non-negative integer, got {self.max_iterations!r}")
         check_positive("initial_radius", self.initial_radius)
@@ -111,7 +135,9 @@ class IterationLog:
     """One iteration: cost before the step, trust radius used, ratio, and timings [s].
 
     ``times`` keys: residual, jacobian, assemble, factor (Cholesky + dogleg), trial
-    (evaluating the trial point).  ``violation`` = max ‖Zᵀτ_t‖∞ at the current iterate.
+    (evaluating the trial point).  ``violation`` = max ‖Zᵀτ_t‖∞ at the current iterate
+    (the constraint violation in constrained mode); ``multiplier_norm`` = ‖λ‖ (0 in penalty mode);
+    ``cost`` is the problem's cost ``L`` (without penalty rows in constrained mode).
     """
 
     iteration: int
@@ -123,6 +149,7 @@ class IterationLog:
     violation: float
     gradient_norm: float
     times: dict
+    multiplier_norm: float = 0.0
 
 
 @dataclass
@@ -228,7 +255,7 @@ def gauss_newton_system(problem: IDTOProblem, lin: Linearization):
     Accumulated block by block from the position, velocity and inverse-dynamics
     residual Jacobians of ``lin``; cost ``O(T·nv²·(nv + mτ))``.
     """
-    T, nv, mt = problem.T, problem.nv, problem.m_tau
+    T, nv, mt = problem.T, problem.nv, lin.Jtau.shape[2]
     r = lin.r
     rq = r[: (T + 1) * nv].reshape(T + 1, nv)[1:]
     rv = r[(T + 1) * nv: 2 * (T + 1) * nv].reshape(T + 1, nv)[1:]
@@ -321,6 +348,59 @@ class IDTOSolver:
                 shift = 1e-12 * scale if shift == 0 else shift * 100
         return None
 
+    @property
+    def constrained(self) -> bool:
+        """True in the equality-constrained mode with at least one unactuated direction."""
+        return self.options.underactuation == "constrained" and self.problem.Z.shape[1] > 0
+
+    def _cost_rows(self, lin: Linearization) -> Linearization:
+        """``lin`` without the unactuated-penalty rows (constrained mode)."""
+        pr = self.problem
+        if not self.constrained or pr.m_tau == pr.nv:
+            return lin
+        T, nv, mt = pr.T, pr.nv, pr.m_tau
+        off = 2 * (T + 1) * nv
+        rt = lin.r[off:].reshape(T, mt)[:, :nv]
+        r = np.concatenate([lin.r[:off], rt.ravel()])
+        return Linearization(r, lin.Jq, lin.Jv, lin.Jtau[:, :, :nv], lin.times, lin.tau, lin.dtau)
+
+    def _evaluate(self, q):
+        """``(L, h)`` at ``q``: the cost (without penalty rows in constrained mode) and ``Zᵀτ`` stacked."""
+        pr = self.problem
+        tr = pr._trajectory(q)
+        r = pr._residuals(tr)
+        if self.constrained and pr.m_tau > pr.nv:
+            off = 2 * (pr.T + 1) * pr.nv
+            r = np.concatenate([r[:off], r[off:].reshape(pr.T, pr.m_tau)[:, :pr.nv].ravel()])
+        return 0.5 * float(r @ r), pr.unactuated_forces(tr.tau)
+
+    def _constraint_jacobian(self, lin: Linearization) -> np.ndarray:
+        """Banded ``A = ∂h/∂q`` as blocks ``(T, 3, nz, nv)`` (slots as ``Jtau``)."""
+        return np.einsum("vz,tkvn->tkzn", self.problem.Z, lin.dtau)
+
+    def _multipliers(self, cb, Hs: BandedHessian, gs, D, Ab, hval):
+        """λ and ``g̃ + Ãᵀλ`` (module docstring).  ``Ab (T, 3, nz, nv)``, ``hval (T·nz,)``."""
+        pr = self.problem
+        T, nv, nz = pr.T, pr.nv, pr.Z.shape[1]
+        N = T * nv
+        # Ãᵀ (N, T·nz), built block by block: constraint t touches decision blocks t−2, t−1, t.
+        At = np.zeros((N, T * nz))
+        Dk = D.reshape(T, nv)
+        for t in range(T):
+            for slot in range(3):
+                k = t - 2 + slot
+                if k >= 0:
+                    At[k * nv:(k + 1) * nv, t * nz:(t + 1) * nz] = (Ab[t, slot] * Dk[k][None, :]).T
+        Y = scipy.linalg.cho_solve_banded((cb, False), At, check_finite=False)  # H̃⁻¹ Ãᵀ
+        S = At.T @ Y
+        S = 0.5 * (S + S.T)
+        rhs = hval - Y.T @ gs
+        try:
+            lam = scipy.linalg.cho_solve(scipy.linalg.cho_factor(S), rhs)
+        except np.linalg.LinAlgError:
+            lam = np.linalg.lstsq(S, rhs, rcond=None)[0]
+        return lam, gs + At @ lam
+
     def solve(self, q_guess, *, max_iterations: int | None = None, trust_radius: float | None = None) -> SolverResult:
         """Minimize the problem's cost from ``q_guess (T+1, nq)`` (``q_guess[0]`` must equal ``q_init``).
 
@@ -347,10 +427,14 @@ class IDTOSolver:
         lin = None
         cost = None
         k = 0
+        constrained = self.constrained
+        lam = None
+        hval = None
+        lam_norm = 0.0
         for k in range(iters):
             times = {}
             if lin is None:
-                lin = pr._linearize(q)
+                lin = self._cost_rows(pr._linearize(q))
                 times.update(lin.times)
                 cost = 0.5 * float(lin.r @ lin.r)
                 t0 = time.perf_counter()
@@ -364,32 +448,41 @@ class IDTOSolver:
                 if cb is None:
                     status = SolverStatus.FACTORIZATION_FAILED
                     break
-                pH = -scipy.linalg.cho_solve_banded((cb, False), gs, check_finite=False)
-                gHg = gs @ Hs.matvec(gs)
-                pU = -(gs @ gs) / gHg * gs if gHg > 0 else -gs
+                if constrained:
+                    hval = pr.unactuated_forces(lin.tau)
+                    lam, gl = self._multipliers(cb, Hs, gs, D, self._constraint_jacobian(lin), hval)
+                    lam_norm = float(np.linalg.norm(lam))
+                else:
+                    gl = gs
+                pH = -scipy.linalg.cho_solve_banded((cb, False), gl, check_finite=False)
+                gHg = gl @ Hs.matvec(gl)
+                pU = -(gl @ gl) / gHg * gl if gHg > 0 else -gl
                 times["factor"] = time.perf_counter() - t0
                 violation = pr.unactuated_violation(lin.tau)
             else:
                 times.update({"residual": 0.0, "jacobian": 0.0, "assemble": 0.0, "factor": 0.0})
             t0 = time.perf_counter()
             p, hit = _dogleg(pU, pH, radius)
-            pred = -(gs @ p + 0.5 * p @ Hs.matvec(p))
+            pred = -(gl @ p + 0.5 * p @ Hs.matvec(p))
             dq = D * p
             q_new = pr.retract(q, dq)
-            r_new = pr._residuals(pr._trajectory(q_new))
-            cost_new = 0.5 * float(r_new @ r_new)
+            cost_new, h_new = self._evaluate(q_new)
             times["trial"] = time.perf_counter() - t0
             actual = cost - cost_new
+            if constrained:
+                actual += float(lam @ (hval - h_new))
             rho = actual / pred if pred > 0 else (0.0 if actual <= 0 else 1.0)
             accepted = bool(rho > 0 and np.isfinite(cost_new))
             log.append(IterationLog(k, cost, radius, float(rho), float(np.linalg.norm(p)), accepted,
-                                    violation, float(np.linalg.norm(g)), times))
+                                    violation, float(np.linalg.norm(g)), times, lam_norm))
             if rho < 0.25:
                 radius /= 4.0
             elif rho > 0.75 and hit:
                 radius = min(2.0 * radius, opts.max_radius)
             if accepted:
-                done = self._converged(cost, cost_new, g @ dq, dq, q)
+                done = self._converged(cost, cost_new, gl @ p, dq, q)
+                if constrained and done:
+                    done = float(np.max(np.abs(h_new), initial=0.0)) <= opts.constraint_tol
                 q, cost, lin = q_new, cost_new, None
                 if done:
                     status = SolverStatus.CONVERGED
@@ -403,8 +496,8 @@ class IDTOSolver:
             k = iters
         self.trust_radius = radius
         tr = pr._trajectory(q)
-        r = pr._residuals(tr)
-        return SolverResult(q, tr.v, tr.tau, tr.contact, 0.5 * float(r @ r), status, k, log, radius,
+        final_cost, _ = self._evaluate(q)
+        return SolverResult(q, tr.v, tr.tau, tr.contact, final_cost, status, k, log, radius,
                             time.perf_counter() - t_start)
 
     def warm_start(self, q_guess, *, max_iterations: int = 1) -> SolverResult:
