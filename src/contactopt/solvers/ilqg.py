@@ -1,0 +1,947 @@
+"""Iterative LQG (iLQG) trajectory optimization with the improvements of Tassa, Erez & Todorov (2012).
+
+Problem: given ``x_0`` and dynamics ``x_{i+1} = f(x_i, u_i)`` (a
+:class:`~contactopt.dynamics.Dynamics`), minimize over ``U = (u_0 … u_{T-1})``
+subject to ``lower ≤ u_i ≤ upper``::
+
+    J(U) = Σ_{i<T} ℓ(x_i, u_i) + ℓ_f(x_T)
+
+(a :class:`~contactopt.costs.TrajectoryCostLike`; a
+:class:`~contactopt.costs.TrajectoryCost` puts the time step into ``ℓ``).
+States are compared in the tangent space (``x ⊕ dx``, ``x1 ⊖ x0``), so quaternion
+joints are handled exactly.
+
+One iteration (seed paper, Sec. II-E):
+
+1. **Derivatives** ``A_i = f_x``, ``B_i = f_u`` (threaded finite differences for
+   MuJoCo) and the cost's ``ℓ_x, ℓ_u, ℓ_xx, ℓ_uu, ℓ_ux`` (Gauss-Newton).
+2. **Backward pass** for ``i = T−1 … 0`` with ``V_x, V_xx`` from ``ℓ_f``::
+
+       Q_x  = ℓ_x + Aᵀ V'_x            Q_u  = ℓ_u + Bᵀ V'_x
+       Q_xx = ℓ_xx + Aᵀ V'_xx A        Q_uu = ℓ_uu + Bᵀ V'_xx B      Q_ux = ℓ_ux + Bᵀ V'_xx A
+       state regularization (eq. 10):   Q̃_uu = Q_uu + μ BᵀB,   Q̃_ux = Q_ux + μ BᵀA
+       control regularization (eq. 9):  Q̃_uu = Q_uu + μ I,     Q̃_ux = Q_ux
+       k = argmin_{lower−u_i ≤ δu ≤ upper−u_i} ½ δuᵀ Q̃_uu δu + δuᵀ Q_u   (box QP; −Q̃_uu⁻¹Q_u if unbounded)
+       K_free = −(Q̃_uu)_ff⁻¹ (Q̃_ux)_f,   K_clamped = 0
+       improved value update (eq. 11):
+           V_x  = Q_x + Kᵀ Q_uu k + Kᵀ Q_u + Q_uxᵀ k
+           V_xx = Q_xx + Kᵀ Q_uu K + Kᵀ Q_ux + Q_uxᵀ K
+       standard value update (eq. 7):  V_x = Q_x + Q_uxᵀ k,  V_xx = Q_xx + Q_uxᵀ K
+
+   If ``Q̃_uu`` (or its free block) is not positive definite, μ is increased and the
+   pass restarts.
+3. **Forward pass / line search** (eq. 12–13) for ``α = 1, …``::
+
+       û_i = clip(u_i + α k_i + K_i (x̂_i ⊖ x_i)),   x̂_{i+1} = f(x̂_i, û_i)
+       ΔJ(α) = α Σ k_iᵀQ_u,i + ½ α² Σ k_iᵀ Q_uu,i k_i          (expected change, < 0)
+       accept if  z = (J − Ĵ) / (−ΔJ(α)) > c₁
+
+The regularization follows the quadratic schedule of Sec. II-F (``μ_min = 1e-6``,
+``Δ₀ = 2``): increase ``Δ ← max(Δ₀, ΔΔ₀), μ ← max(μ_min, μΔ)``; decrease
+``Δ ← min(1/Δ₀, Δ/Δ₀), μ ← μΔ if μΔ > μ_min else 0``.  μ increases on a
+non-positive-definite ``Q̃_uu`` or a failed line search (derivatives are then
+reused) and decreases after every accepted step.
+
+The textbook variant (control regularization + standard value update) is
+``ILQGSettings.textbook()``.
+
+For model-predictive control, :meth:`ILQG.solve_from_warm_start` shifts the previous
+plan in time, rolls it out from the new state under the previous feedback gains,
+and continues with the previous μ.
+
+Example (acrobot, 1 s to a bent equilibrium)::
+
+    import numpy as np
+    from contactopt import load_model, pack_state
+    from contactopt.costs import Control, CostTerm, Qpos, Quadratic, Qvel, StageCost, TrajectoryCost
+    from contactopt.dynamics import MujocoDynamics
+    from contactopt.solvers import ILQG
+
+    model = load_model("acrobot", timestep=0.02)
+    target = [0.2, -0.839]
+    running = StageCost(model, [CostTerm(Control(model), Quadratic(), 0.1),
+                                CostTerm(Qpos(model, target), Quadratic(), 1.0)])
+    terminal = StageCost(model, [CostTerm(Qpos(model, target), Quadratic(), 50.0),
+                                 CostTerm(Qvel(model), Quadratic(), 5.0)])
+    solver = ILQG(MujocoDynamics(model), TrajectoryCost(running, terminal))
+    plan = solver.solve(pack_state(model, [0.0, 0.0]), np.zeros((50, 1)))
+    print(plan.status, plan.cost, plan.timing())
+    # next control step: re-plan from the measured state, one step later
+    plan = solver.solve_from_warm_start(plan.X[1], plan, shift=1, max_iterations=1)
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from scipy.linalg import lapack
+
+from ..costs import CostDerivatives, TrajectoryCostLike
+from ..dynamics import Dynamics, check_control_limits
+from ..errors import NonFiniteError, ParameterError, as_array
+
+__all__ = [
+    "Regularization",
+    "ValueUpdate",
+    "Status",
+    "ILQGSettings",
+    "IterationLog",
+    "ILQGResult",
+    "ILQG",
+    "BoxQPStatus",
+    "BoxQPResult",
+    "solve_box_qp",
+    "shift_plan",
+    "increase_regularization",
+    "decrease_regularization",
+]
+
+
+# =========================================================================== enums / settings
+
+
+class Regularization(enum.Enum):
+    """Where the Levenberg-Marquardt parameter μ enters the backward pass."""
+
+    STATE = "state"        #: eq. 10: ``μ I`` added to ``V'_xx`` (penalizes state deviations)
+    CONTROL = "control"    #: eq. 9: ``μ I`` added to ``Q_uu`` (textbook)
+
+
+class ValueUpdate(enum.Enum):
+    """Which formulas propagate the value function."""
+
+    IMPROVED = "improved"  #: eq. 11 (no cancellation of the regularized ``Q̃_uu``)
+    STANDARD = "standard"  #: eq. 7 (textbook)
+
+
+class Status(enum.Enum):
+    """Why a solve ended.
+
+    Every status except ``DIVERGED`` returns a finite trajectory at least as good
+    as the initial one.
+    """
+
+    CONVERGED = "converged"                      #: small step (gradient) or small cost improvement
+    MAX_ITERATIONS = "max_iterations"            #: iteration budget used up
+    TIME_LIMIT = "time_limit"                    #: ``time_limit`` seconds used up
+    LINE_SEARCH_FAILED = "line_search_failed"    #: no acceptable step even with μ = μ_max
+    REGULARIZATION_FAILED = "regularization_failed"  #: Q̃_uu not PD even with μ = μ_max
+    DIVERGED = "diverged"                        #: the initial rollout or its derivatives are not finite
+
+
+def _enum(cls, value, name):
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in cls)
+        raise ParameterError(f"{name} must be one of {choices}, got {value!r}") from None
+
+
+_DEFAULT_ALPHAS = tuple(float(a) for a in 10.0 ** np.linspace(0.0, -3.0, 11))
+
+
+@dataclass(frozen=True)
+class ILQGSettings:
+    """Algorithm parameters of :class:`ILQG` (validated on construction).
+
+    Attributes:
+      max_iterations: iteration budget (≥ 1).  An MPC step typically uses 1–3.
+      tol_cost: converged when an accepted full step (the first α) reduces the cost by
+        less than ``tol_cost · |J|`` (relative), or when the predicted reduction of the
+        full step ``−ΔJ(1)`` is below that (with ``μ ≤ mu_converged``).
+      tol_grad: converged when ``mean_i max_j |k_ij| / (|u_ij| + 1) < tol_grad`` and
+        ``μ ≤ mu_converged`` (the feedforward step has become negligible).
+      regularization: :class:`Regularization` (``STATE`` = eq. 10, the default).
+      value_update: :class:`ValueUpdate` (``IMPROVED`` = eq. 11, the default).
+      mu_init: initial μ (≥ 0; 0 gives the exact Newton-like step when it is safe).
+      mu_min: μ_min of the schedule (seed: 1e-6).
+      mu_max: μ above which the solve gives up (status ``*_FAILED``).
+      mu_converged: largest μ at which the gradient test may declare convergence.
+      delta0: Δ₀ of the schedule (> 1; seed: 2).
+      c1: acceptance threshold ``0 < c₁ < 1`` of the ratio z (eq. 13).
+      line_search_steps: the α values tried in order (each in (0, 1], decreasing);
+        default ``10^linspace(0, −3, 11)``.
+      time_limit: wall-clock budget in seconds per solve (None = unlimited); checked
+        at the start of every iteration.
+      box_qp_max_iterations: projected-Newton iterations of the control-limit QP.
+    """
+
+    max_iterations: int = 100
+    tol_cost: float = 1e-7
+    tol_grad: float = 1e-4
+    regularization: Regularization = Regularization.STATE
+    value_update: ValueUpdate = ValueUpdate.IMPROVED
+    mu_init: float = 0.0
+    mu_min: float = 1e-6
+    mu_max: float = 1e10
+    mu_converged: float = 1e-5
+    delta0: float = 2.0
+    c1: float = 1e-4
+    line_search_steps: tuple = _DEFAULT_ALPHAS
+    time_limit: float | None = None
+    box_qp_max_iterations: int = 100
+
+    def __post_init__(self):
+        def pos_int(name):
+            v = getattr(self, name)
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                raise ParameterError(f"ILQGSettings.{name} must be an integer >= 1, got {v!r}")
+            object.__setattr__(self, name, int(v))
+
+        def num(name, lo=None, lo_strict=False, hi=None):
+            v = getattr(self, name)
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                raise ParameterError(f"ILQGSettings.{name} must be a number, got {v!r}") from None
+            if not math.isfinite(f):
+                raise ParameterError(f"ILQGSettings.{name} must be finite, got {v!r}")
+            if lo is not None and (f < lo or (lo_strict and f == lo)):
+                rel = ">" if lo_strict else ">="
+                raise ParameterError(f"ILQGSettings.{name} must be {rel} {lo}, got {v!r}")
+            if hi is not None and f >= hi:
+                raise ParameterError(f"ILQGSettings.{name} must be < {hi}, got {v!r}")
+            object.__setattr__(self, name, f)
+
+        pos_int("max_iterations")
+        pos_int("box_qp_max_iterations")
+        num("tol_cost", 0.0)
+        num("tol_grad", 0.0)
+        num("mu_init", 0.0)
+        num("mu_min", 0.0, lo_strict=True)
+        num("mu_max", 0.0, lo_strict=True)
+        num("mu_converged", 0.0)
+        num("delta0", 1.0, lo_strict=True)
+        num("c1", 0.0, lo_strict=True, hi=1.0)
+        if self.mu_max <= self.mu_min:
+            raise ParameterError(f"ILQGSettings.mu_max ({self.mu_max}) must exceed mu_min ({self.mu_min})")
+        object.__setattr__(self, "regularization",
+                           _enum(Regularization, self.regularization, "ILQGSettings.regularization"))
+        object.__setattr__(self, "value_update",
+                           _enum(ValueUpdate, self.value_update, "ILQGSettings.value_update"))
+        try:
+            alphas = tuple(float(a) for a in self.line_search_steps)
+        except (TypeError, ValueError):
+            raise ParameterError(
+                f"ILQGSettings.line_search_steps must be a sequence of numbers, got {self.line_search_steps!r}"
+            ) from None
+        if not alphas or any(not (0.0 < a <= 1.0) for a in alphas) \
+                or any(b >= a for a, b in zip(alphas, alphas[1:])):
+            raise ParameterError(
+                "ILQGSettings.line_search_steps must be non-empty, strictly decreasing, in (0, 1]; "
+                f"got {self.line_search_steps!r}")
+        object.__setattr__(self, "line_search_steps", alphas)
+        if self.time_limit is not None:
+            num("time_limit", 0.0, lo_strict=True)
+
+    @classmethod
+    def textbook(cls, **overrides) -> "ILQGSettings":
+        """Settings of the textbook iLQG: ``Q_uu + μI`` and the standard value update (eq. 7, 9)."""
+        overrides.setdefault("regularization", Regularization.CONTROL)
+        overrides.setdefault("value_update", ValueUpdate.STANDARD)
+        return cls(**overrides)
+
+
+def increase_regularization(mu: float, delta: float, settings: ILQGSettings) -> tuple[float, float]:
+    """Quadratic schedule, increase (Sec. II-F): ``Δ ← max(Δ₀, Δ·Δ₀)``, ``μ ← max(μ_min, μ·Δ)``.
+
+    Returns the new ``(μ, Δ)``.
+    """
+    delta = max(settings.delta0, delta * settings.delta0)
+    mu = max(settings.mu_min, mu * delta)
+    return mu, delta
+
+
+def decrease_regularization(mu: float, delta: float, settings: ILQGSettings) -> tuple[float, float]:
+    """Quadratic schedule, decrease (Sec. II-F): ``Δ ← min(1/Δ₀, Δ/Δ₀)``, ``μ ← μ·Δ`` if that
+    exceeds ``μ_min``, else 0.  Returns the new ``(μ, Δ)``.
+    """
+    delta = min(1.0 / settings.delta0, delta / settings.delta0)
+    mu = mu * delta if mu * delta > settings.mu_min else 0.0
+    return mu, delta
+
+
+# =========================================================================== logs / results
+
+
+@dataclass(frozen=True)
+class IterationLog:
+    """One iLQG iteration.
+
+    Attributes:
+      iteration: 0-based index.
+      cost: total cost ``J`` before the iteration.
+      new_cost: cost after it (``cost`` if no step was accepted).
+      expected_reduction: ``−ΔJ(α)`` for the accepted α (for α = 1 if none was accepted).
+      alpha: accepted line-search step (0 if none).
+      mu: μ used by the successful backward pass (after any restarts).
+      accepted: whether the trajectory changed.
+      gradient_norm: ``mean_i max_j |k_ij| / (|u_ij| + 1)``.
+      backward_restarts: backward passes restarted for a non-PD ``Q̃_uu``.
+      line_search_trials: rollouts tried.
+      time_derivatives: seconds in dynamics + cost derivatives (0 if reused).
+      time_dynamics_derivatives: of which the dynamics (finite differences).
+      time_backward: seconds in backward passes (restarts included).
+      time_line_search: seconds in forward rollouts and cost evaluations.
+    """
+
+    iteration: int
+    cost: float
+    new_cost: float
+    expected_reduction: float
+    alpha: float
+    mu: float
+    accepted: bool
+    gradient_norm: float
+    backward_restarts: int
+    line_search_trials: int
+    time_derivatives: float
+    time_dynamics_derivatives: float
+    time_backward: float
+    time_line_search: float
+
+    @property
+    def time_total(self) -> float:
+        """Seconds of the whole iteration."""
+        return self.time_derivatives + self.time_backward + self.time_line_search
+
+
+@dataclass(frozen=True)
+class ILQGResult:
+    """Outcome of :meth:`ILQG.solve`.
+
+    Attributes:
+      X: ``(T+1, nx)`` planned states (the best trajectory found; for ``DIVERGED``
+        the initial rollout, whose rows after the blow-up are NaN).
+      U: ``(T, nu)`` planned controls (always finite; within the control limits).
+      K: ``(T, nu, ndx)`` feedback gains of the last backward pass (zero rows for
+        clamped controls): ``u ≈ U[i] + K[i] (x ⊖ X[i])``.
+      k: ``(T, nu)`` feedforward steps of the last backward pass.
+      cost: total cost ``J(X, U)``.
+      status: :class:`Status`.
+      iterations: per-iteration :class:`IterationLog` records.
+      mu, delta: regularization state at the end (a warm start continues from it).
+      initial_cost: cost of the initial rollout.
+      solve_time: wall-clock seconds of the solve.
+      x0: ``(nx,)`` the initial state the plan starts from.
+    """
+
+    X: np.ndarray
+    U: np.ndarray
+    K: np.ndarray
+    k: np.ndarray
+    cost: float
+    status: Status
+    iterations: tuple[IterationLog, ...]
+    mu: float
+    delta: float
+    initial_cost: float
+    solve_time: float
+    x0: np.ndarray = field(repr=False, default=None)
+
+    @property
+    def converged(self) -> bool:
+        """True if the status is ``CONVERGED``."""
+        return self.status is Status.CONVERGED
+
+    @property
+    def ok(self) -> bool:
+        """True unless the solve ``DIVERGED``: ``X``, ``U`` are finite and no worse than the initial guess."""
+        return self.status is not Status.DIVERGED
+
+    @property
+    def horizon(self) -> int:
+        """Number of control steps ``T``."""
+        return self.U.shape[0]
+
+    def control(self, i: int, dx=None) -> np.ndarray:
+        """Feedback control of step ``i``: ``U[i] + K[i] dx`` with ``dx = x ⊖ X[i]`` (ndx,), or ``U[i]``.
+
+        Not clamped; clamp to the control limits before applying.
+        """
+        if not 0 <= i < self.horizon:
+            raise ParameterError(f"step index {i} outside the plan's {self.horizon} steps")
+        if dx is None:
+            return self.U[i].copy()
+        dx = as_array("dx", dx, (self.K.shape[2],))
+        return self.U[i] + self.K[i] @ dx
+
+    def timing(self) -> dict[str, float]:
+        """Seconds summed over iterations: derivatives (of which dynamics), backward pass, line search."""
+        it = self.iterations
+        return {
+            "derivatives": sum(l.time_derivatives for l in it),
+            "dynamics_derivatives": sum(l.time_dynamics_derivatives for l in it),
+            "backward": sum(l.time_backward for l in it),
+            "line_search": sum(l.time_line_search for l in it),
+            "total": self.solve_time,
+        }
+
+
+# =========================================================================== box QP
+
+
+class BoxQPStatus(enum.Enum):
+    """Outcome of :func:`solve_box_qp`."""
+
+    SMALL_GRADIENT = "small_gradient"        #: projected gradient below tolerance (converged)
+    SMALL_IMPROVEMENT = "small_improvement"  #: relative improvement below tolerance (converged)
+    ALL_CLAMPED = "all_clamped"              #: every variable at a bound pushing outward (converged)
+    MAX_ITERATIONS = "max_iterations"
+    NO_DESCENT = "no_descent"                #: line search found no decrease (numerical limit)
+    NOT_POSITIVE_DEFINITE = "not_positive_definite"  #: free block of H not PD
+
+    @property
+    def ok(self) -> bool:
+        """True unless the free block of H was not positive definite."""
+        return self is not BoxQPStatus.NOT_POSITIVE_DEFINITE
+
+
+@dataclass(frozen=True)
+class BoxQPResult:
+    """Solution of ``min ½ xᵀHx + gᵀx  s.t. lower ≤ x ≤ upper``.
+
+    Attributes:
+      x: ``(n,)`` minimizer (the start point if ``status`` is NOT_POSITIVE_DEFINITE).
+      free: ``(n,)`` bool, variables not held at a bound by the gradient.
+      chol: lower Cholesky factor of ``H[free][:, free]`` (None if no free variable or failure).
+      status: :class:`BoxQPStatus`.
+      iterations: projected-Newton iterations.
+      value: objective at ``x``.
+    """
+
+    x: np.ndarray
+    free: np.ndarray
+    chol: np.ndarray | None
+    status: BoxQPStatus
+    iterations: int
+    value: float
+
+
+def _cholesky(M: np.ndarray):
+    """Lower Cholesky factor or None if ``M`` is not (numerically) positive definite."""
+    c, info = lapack.dpotrf(M, lower=1, clean=1)
+    return c if info == 0 else None
+
+
+def _chol_solve(L: np.ndarray, b: np.ndarray) -> np.ndarray:
+    x, info = lapack.dpotrs(L, b, lower=1)
+    if info != 0:  # pragma: no cover - only on invalid arguments
+        raise RuntimeError(f"dpotrs failed with info={info}")
+    return x
+
+
+def solve_box_qp(H, g, lower, upper, x0=None, *, max_iterations: int = 100,
+                 min_gradient: float = 1e-8, min_relative_improvement: float = 1e-8,
+                 step_decrease: float = 0.6, min_step: float = 1e-22, armijo: float = 0.1) -> BoxQPResult:
+    """Minimize ``½ xᵀHx + gᵀx`` subject to ``lower ≤ x ≤ upper`` by projected Newton.
+
+    The method of Bertsekas (1982) as used for control-limited DDP (Tassa, Mansard &
+    Todorov 2014): at each iteration variables at a bound whose gradient pushes
+    outward are *clamped*; a Newton step is taken on the *free* variables (Cholesky of
+    ``H_ff`` only), projected onto the box, with an Armijo backtracking line search.
+
+    Args:
+      H: ``(n, n)`` symmetric; its free block must be positive definite.
+      g: ``(n,)`` linear term.
+      lower, upper: ``(n,)`` bounds (±inf allowed), ``lower ≤ upper``.
+      x0: ``(n,)`` warm start (projected onto the box; default 0 projected).
+      max_iterations, min_gradient, min_relative_improvement: stopping rules.
+      step_decrease, min_step, armijo: projected line-search parameters.
+
+    Returns:
+      :class:`BoxQPResult`.  The free set and its Cholesky factor refer to the final
+      ``x``, so feedback gains can be formed as ``K_f = −H_ff⁻¹ Q_ux,f``.
+    """
+    H = np.asarray(H, dtype=float)
+    g = np.asarray(g, dtype=float)
+    lower = np.asarray(lower, dtype=float)
+    upper = np.asarray(upper, dtype=float)
+    n = g.size
+    x = np.zeros(n) if x0 is None else np.array(x0, dtype=float)
+    np.clip(x, lower, upper, out=x)
+    value = float(x @ g + 0.5 * x @ H @ x)
+    status = BoxQPStatus.MAX_ITERATIONS
+    factored_free = None
+    L = None
+    it = 0
+    for it in range(1, max_iterations + 1):
+        grad = g + H @ x
+        clamped = ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0))
+        free = ~clamped
+        if not free.any():
+            status = BoxQPStatus.ALL_CLAMPED
+            break
+        if factored_free is None or np.any(free != factored_free):
+            L = _cholesky(H[np.ix_(free, free)])
+            if L is None:
+                return BoxQPResult(x, free, None, BoxQPStatus.NOT_POSITIVE_DEFINITE, it, value)
+            factored_free = free
+        if np.linalg.norm(grad[free]) < min_gradient:
+            status = BoxQPStatus.SMALL_GRADIENT
+            break
+        # Newton step on the free variables with the clamped ones held fixed
+        grad_held = g[free] + H[np.ix_(free, clamped)] @ x[clamped]
+        search = np.zeros(n)
+        search[free] = -_chol_solve(L, grad_held) - x[free]
+        sdotg = float(search @ grad)
+        if not sdotg < 0:
+            status = BoxQPStatus.SMALL_GRADIENT if abs(sdotg) < min_gradient ** 2 else BoxQPStatus.NO_DESCENT
+            break
+        step = 1.0
+        while True:
+            xc = np.clip(x + step * search, lower, upper)
+            vc = float(xc @ g + 0.5 * xc @ H @ xc)
+            if (vc - value) / (step * sdotg) >= armijo:
+                break
+            step *= step_decrease
+            if step < min_step:
+                status = BoxQPStatus.NO_DESCENT
+                break
+        if status is BoxQPStatus.NO_DESCENT:
+            break
+        improvement = value - vc
+        x, value = xc, vc
+        if improvement < min_relative_improvement * abs(value):
+            status = BoxQPStatus.SMALL_IMPROVEMENT
+            break
+    # free set and factor at the final point (used for the feedback gains)
+    grad = g + H @ x
+    free = ~(((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0)))
+    if not free.any():
+        return BoxQPResult(x, free, None, status, it, value)
+    if factored_free is None or np.any(free != factored_free):
+        L = _cholesky(H[np.ix_(free, free)])
+        if L is None:
+            return BoxQPResult(x, free, None, BoxQPStatus.NOT_POSITIVE_DEFINITE, it, value)
+    return BoxQPResult(x, free, L, status, it, value)
+
+
+# =========================================================================== backward pass
+
+
+@dataclass
+class _BackwardResult:
+    ok: bool
+    failed_at: int
+    k: np.ndarray | None = None
+    K: np.ndarray | None = None
+    dV1: float = 0.0    # Σ kᵀQ_u
+    dV2: float = 0.0    # Σ kᵀQ_uu k
+
+
+class _Linearization:
+    """Derivatives of one nominal trajectory, packed for the backward pass.
+
+    With ``z = (x, u)`` and ``F_i = [A_i B_i] (n, n+m)``: ``lz (T, n+m)`` stacks
+    ``(ℓ_x, ℓ_u)``, ``lzz (T, n+m, n+m)`` the stage Hessian ``[[ℓ_xx, ℓ_uxᵀ], [ℓ_ux, ℓ_uu]]``,
+    and ``FtF (T, n+m, n+m) = F_iᵀF_i`` (whose lower blocks are ``BᵀA``, ``BᵀB``, the
+    state-regularization terms of eq. 10).  Then ``Q_z = ℓ_z + Fᵀ V'_x`` and
+    ``Q_zz = ℓ_zz + Fᵀ V'_xx F`` need two matrix products per step.
+    """
+
+    def __init__(self, A, B, cd: CostDerivatives, need_FtF: bool):
+        T, n, m = B.shape
+        self.T, self.n, self.m = T, n, m
+        F = np.empty((T, n, n + m))
+        F[:, :, :n] = A
+        F[:, :, n:] = B
+        self.F = F
+        self.Ft = np.ascontiguousarray(np.swapaxes(F, 1, 2))
+        lz = np.empty((T, n + m))
+        lz[:, :n] = cd.lx[:T]
+        lz[:, n:] = cd.lu
+        lzz = np.empty((T, n + m, n + m))
+        lzz[:, :n, :n] = cd.lxx[:T]
+        lzz[:, n:, :n] = cd.lux
+        lzz[:, :n, n:] = np.swapaxes(cd.lux, 1, 2)
+        lzz[:, n:, n:] = cd.luu
+        self.lz, self.lzz = lz, lzz
+        self.Vx_T = cd.lx[T].copy()
+        self.Vxx_T = cd.lxx[T].copy()
+        self.FtF = self.Ft @ F if need_FtF else None
+
+
+def _backward_pass(lin: _Linearization, mu: float, settings: ILQGSettings,
+                   du_lower, du_upper, bounded: bool, k_warm) -> _BackwardResult:
+    """Riccati-like sweep of iLQG (eq. 5, 9/10, 11/7) with box-constrained feedforward steps.
+
+    Args:
+      lin: the packed derivatives (:class:`_Linearization`).
+      mu: regularization μ ≥ 0.
+      du_lower, du_upper: ``(T, m)`` bounds on ``δu`` (``limits − U``).
+      bounded: whether any bound is finite (else the unconstrained Cholesky path).
+      k_warm: ``(T, m)`` warm start of the box QPs (previous ``k``).
+
+    Returns:
+      :class:`_BackwardResult` (``ok`` false with the failing step if ``Q̃_uu`` is not PD).
+    """
+    T, n, m = lin.T, lin.n, lin.m
+    state_reg = settings.regularization is Regularization.STATE
+    improved = settings.value_update is ValueUpdate.IMPROVED
+    k = np.zeros((T, m))
+    K = np.zeros((T, m, n))
+    Vx = lin.Vx_T
+    Vxx = lin.Vxx_T
+    dV1 = 0.0
+    dV2 = 0.0
+    mu_eye = mu * np.eye(m)
+    F, Ft, lz, lzz, FtF = lin.F, lin.Ft, lin.lz, lin.lzz, lin.FtF
+    rhs = np.empty((m, n + 1))
+    for i in range(T - 1, -1, -1):
+        Qz = lz[i] + Ft[i] @ Vx
+        Qzz = lzz[i] + Ft[i] @ (Vxx @ F[i])
+        Qx, Qu = Qz[:n], Qz[n:]
+        Qxx, Qux, Quu = Qzz[:n, :n], Qzz[n:, :n], Qzz[n:, n:]
+        if mu == 0.0:
+            Quu_r, Qux_r = Quu, Qux
+        elif state_reg:
+            Quu_r = Quu + mu * FtF[i, n:, n:]
+            Qux_r = Qux + mu * FtF[i, n:, :n]
+        else:
+            Quu_r = Quu + mu_eye
+            Qux_r = Qux
+        Quu_r = 0.5 * (Quu_r + Quu_r.T)
+        # unconstrained step first; it is the box-QP solution whenever it is feasible
+        L = _cholesky(Quu_r)
+        if L is None:
+            return _BackwardResult(False, i)
+        rhs[:, 0] = Qu
+        rhs[:, 1:] = Qux_r
+        sol = _chol_solve(L, rhs)
+        ki = -sol[:, 0]
+        Ki = -sol[:, 1:]
+        if bounded and (np.any(ki < du_lower[i]) or np.any(ki > du_upper[i])):
+            qp = solve_box_qp(Quu_r, Qu, du_lower[i], du_upper[i], k_warm[i],
+                              max_iterations=settings.box_qp_max_iterations)
+            if qp.status is BoxQPStatus.NOT_POSITIVE_DEFINITE:  # pragma: no cover - Quu_r is PD here
+                return _BackwardResult(False, i)
+            ki = qp.x
+            Ki = np.zeros((m, n))
+            if qp.chol is not None:
+                Ki[qp.free] = -_chol_solve(qp.chol, Qux_r[qp.free])
+        if improved:
+            QuuK = Quu @ Ki
+            W = Ki.T @ Qux
+            Vx = Qx + Ki.T @ (Quu @ ki + Qu) + Qux.T @ ki
+            Vxx = Qxx + Ki.T @ QuuK + W + W.T
+        else:
+            Vx = Qx + Qux.T @ ki
+            Vxx = Qxx + Qux.T @ Ki
+        Vxx = 0.5 * (Vxx + Vxx.T)
+        dV1 += float(ki @ Qu)
+        dV2 += float(ki @ (Quu @ ki))
+        k[i] = ki
+        K[i] = Ki
+    if not (np.isfinite(dV1) and np.isfinite(dV2) and np.isfinite(Vxx).all()):
+        return _BackwardResult(False, 0)
+    return _BackwardResult(True, -1, k, K, dV1, dV2)
+
+
+# =========================================================================== plan shifting
+
+
+def shift_plan(dynamics: Dynamics, X, U, K, shift: float):
+    """Shift a plan forward in time by ``shift`` steps (may be fractional) for a warm start.
+
+    New step ``i`` takes the old plan at ``i + shift``: controls and gains are linearly
+    interpolated, states interpolated in the tangent space (``X_a ⊕ w (X_b ⊖ X_a)``);
+    beyond the end the last control, gain and state are held.  The horizon is kept.
+
+    Args:
+      dynamics: supplies ``state_difference`` / ``state_integrate``.
+      X: ``(T+1, nx)``; U: ``(T, nu)``; K: ``(T, nu, ndx)`` (or None).
+      shift: ``≥ 0`` steps (e.g. elapsed time / planner time step).
+
+    Returns:
+      ``(X_ref (T+1, nx), U (T, nu), K (T, nu, ndx) or None)``.
+    """
+    s = float(shift)
+    if not math.isfinite(s) or s < 0:
+        raise ParameterError(f"shift must be a finite number of steps >= 0, got {shift!r}")
+    U = np.asarray(U, dtype=float)
+    X = np.asarray(X, dtype=float)
+    T = U.shape[0]
+
+    def interp_rows(Y, count):
+        last = Y.shape[0] - 1
+        t = np.minimum(np.arange(count) + s, last)
+        a = np.floor(t).astype(int)
+        b = np.minimum(a + 1, last)
+        w = (t - a).reshape((-1,) + (1,) * (Y.ndim - 1))
+        return a, b, w, (1 - w) * Y[a] + w * Y[b]
+
+    _, _, _, U_new = interp_rows(U, T)
+    K_new = None if K is None else interp_rows(np.asarray(K, dtype=float), T)[3]
+    a, b, w, _ = interp_rows(X, T + 1)
+    if np.all(w == 0):
+        X_new = X[a].copy()
+    else:
+        dX = dynamics.state_difference(X[a], X[b])
+        X_new = dynamics.state_integrate(X[a], w.reshape(-1, 1) * dX)
+    return X_new, U_new, K_new
+
+
+# =========================================================================== solver
+
+
+class ILQG:
+    """iLQG trajectory optimizer (see the module docstring for the algorithm).
+
+    Args:
+      dynamics: a :class:`~contactopt.dynamics.Dynamics` (e.g. ``MujocoDynamics``).
+      cost: a :class:`~contactopt.costs.TrajectoryCostLike` over the same state.
+      settings: :class:`ILQGSettings` (defaults if None).
+      control_lower, control_upper: ``(nu,)`` control limits (±inf = unbounded), intersected
+        with the dynamics' own limits (a MuJoCo model's ``ctrlrange``, which MuJoCo
+        enforces anyway); default: the dynamics' limits.
+
+    Raises:
+      ParameterError: sizes or time steps of dynamics and cost disagree, ``lower > upper``.
+    """
+
+    def __init__(self, dynamics: Dynamics, cost: TrajectoryCostLike,
+                 settings: ILQGSettings | None = None, *, control_lower=None, control_upper=None):
+        for attr in ("nx", "ndx", "nu", "rollout", "derivatives", "state_difference", "state_integrate"):
+            if not hasattr(dynamics, attr):
+                raise ParameterError(f"dynamics lacks {attr!r} (see contactopt.dynamics.Dynamics)")
+        for attr in ("total", "evaluate"):
+            if not hasattr(cost, attr):
+                raise ParameterError(f"cost lacks {attr!r} (see contactopt.costs.TrajectoryCostLike)")
+        for attr in ("ndx", "nu"):
+            dc, cc = getattr(dynamics, attr), getattr(cost, attr, getattr(dynamics, attr))
+            if dc != cc:
+                raise ParameterError(f"dynamics {attr}={dc} but cost {attr}={cc}")
+        h_dyn, h_cost = getattr(dynamics, "timestep", None), getattr(cost, "timestep", None)
+        if h_dyn is not None and h_cost is not None and not math.isclose(h_dyn, h_cost, rel_tol=1e-9):
+            raise ParameterError(
+                f"cost time step {h_cost} s differs from the dynamics time step {h_dyn} s; build the "
+                "TrajectoryCost on the planner model or pass timestep=dynamics.timestep")
+        self.dynamics = dynamics
+        self.cost = cost
+        self.settings = ILQGSettings() if settings is None else settings
+        if not isinstance(self.settings, ILQGSettings):
+            raise ParameterError(f"settings must be ILQGSettings, got {type(self.settings).__name__}")
+        dyn_lo, dyn_hi = check_control_limits(dynamics.nu, getattr(dynamics, "control_lower", None),
+                                              getattr(dynamics, "control_upper", None))
+        lo, hi = check_control_limits(dynamics.nu, control_lower, control_upper)
+        # the dynamics clamp to their own limits anyway (MuJoCo's ctrlrange): intersect
+        lo, hi = np.maximum(lo, dyn_lo), np.minimum(hi, dyn_hi)
+        if np.any(lo > hi):
+            i = int(np.argmax(lo > hi))
+            raise ParameterError(f"control limits of control {i} do not overlap the dynamics' range "
+                                 f"[{dyn_lo[i]}, {dyn_hi[i]}]")
+        self.control_lower, self.control_upper = lo, hi
+        self.nx, self.ndx, self.nu = dynamics.nx, dynamics.ndx, dynamics.nu
+
+    # ------------------------------------------------------------------ μ schedule
+
+    def _increase(self, mu, delta):
+        return increase_regularization(mu, delta, self.settings)
+
+    def _decrease(self, mu, delta):
+        return decrease_regularization(mu, delta, self.settings)
+
+    # ------------------------------------------------------------------ public API
+
+    def solve(self, x0, U_init, *, X_ref=None, K=None, mu: float | None = None,
+              delta: float | None = None, max_iterations: int | None = None) -> ILQGResult:
+        """Optimize the controls of a trajectory starting at ``x0``.
+
+        Args:
+          x0: ``(nx,)`` initial state.
+          U_init: ``(T, nu)`` initial controls (``T ≥ 1``); clamped to the limits.
+          X_ref, K: optional feedback for the *initial* rollout,
+            ``u_i = U_init[i] + K[i] (x_i ⊖ X_ref[i])`` (``(T+1, nx)``, ``(T, nu, ndx)``).
+          mu, delta: initial regularization state (default ``settings.mu_init``, 1).
+          max_iterations: override of ``settings.max_iterations`` for this call.
+
+        Returns:
+          :class:`ILQGResult`.
+
+        Raises:
+          ShapeError / NonFiniteError / ParameterError: bad ``x0``, ``U_init``, gains.
+          NonFiniteError: the cost is NaN on a finite trajectory (a broken cost term).
+        """
+        t_start = time.perf_counter()
+        s = self.settings
+        if max_iterations is not None:
+            s = replace(s, max_iterations=max_iterations)
+        x0 = as_array("x0", x0, (self.nx,))
+        U0 = as_array("U_init", U_init, (None, self.nu))
+        T = U0.shape[0]
+        if T < 1:
+            raise ParameterError("horizon must be at least one step (U_init has 0 rows)")
+        if K is not None:
+            K = as_array("K", K, (T, self.nu, self.ndx))
+            if X_ref is None:
+                raise ParameterError("X_ref is required with feedback gains K")
+            X_ref = as_array("X_ref", X_ref, (T + 1, self.nx))
+        mu = s.mu_init if mu is None else float(mu)
+        delta = 1.0 if delta is None else float(delta)
+        if not (math.isfinite(mu) and mu >= 0):
+            raise ParameterError(f"mu must be finite and >= 0, got {mu!r}")
+        if not (math.isfinite(delta) and delta > 0):
+            raise ParameterError(f"delta must be finite and > 0, got {delta!r}")
+        lo, hi = self.control_lower, self.control_upper
+        bounded = bool(np.isfinite(lo).any() or np.isfinite(hi).any())
+        U0 = np.clip(U0, lo, hi)
+        dyn, cost = self.dynamics, self.cost
+        zeros_K = np.zeros((T, self.nu, self.ndx))
+        zeros_k = np.zeros((T, self.nu))
+
+        roll = dyn.rollout(x0, U0, X_ref=X_ref, K=K, lower=lo, upper=hi)
+        if roll.diverged:
+            return ILQGResult(roll.X, U0, zeros_K, zeros_k, math.inf, Status.DIVERGED, (), mu, delta,
+                              math.inf, time.perf_counter() - t_start, x0)
+        X, U = roll.X, roll.U
+        J = self._total(X, U)
+        J_init = J
+        if not math.isfinite(J):
+            return ILQGResult(X, U, zeros_K, zeros_k, J, Status.DIVERGED, (), mu, delta, J,
+                              time.perf_counter() - t_start, x0)
+
+        logs: list[IterationLog] = []
+        k_last, K_last = zeros_k, zeros_K
+        status = Status.MAX_ITERATIONS
+        need_derivatives = True
+        lin = None
+        for it in range(s.max_iterations):
+            if s.time_limit is not None and time.perf_counter() - t_start > s.time_limit:
+                status = Status.TIME_LIMIT
+                break
+            # ---- 1. derivatives
+            t0 = time.perf_counter()
+            t_dyn = 0.0
+            if need_derivatives:
+                A, B = dyn.derivatives(X, U)
+                t_dyn = time.perf_counter() - t0
+                cd = cost.evaluate(X, U)
+                if not (np.isfinite(A).all() and np.isfinite(B).all()):
+                    status = Status.DIVERGED
+                    break
+                if not _finite_derivatives(cd):
+                    status = Status.DIVERGED
+                    break
+                lin = _Linearization(A, B, cd, s.regularization is Regularization.STATE)
+                need_derivatives = False
+            t_der = time.perf_counter() - t0
+            # ---- 2. backward pass with μ restarts
+            t0 = time.perf_counter()
+            du_lo = lo - U
+            du_hi = hi - U
+            restarts = 0
+            while True:
+                bp = _backward_pass(lin, mu, s, du_lo, du_hi, bounded, k_last)
+                if bp.ok:
+                    break
+                restarts += 1
+                mu, delta = self._increase(mu, delta)
+                if mu > s.mu_max:
+                    break
+            t_bwd = time.perf_counter() - t0
+            if not bp.ok:
+                logs.append(IterationLog(it, J, J, 0.0, 0.0, mu, False, math.nan, restarts, 0,
+                                         t_der, t_dyn, t_bwd, 0.0))
+                status = Status.REGULARIZATION_FAILED
+                break
+            k_last, K_last = bp.k, bp.K
+            gnorm = float(np.mean(np.max(np.abs(bp.k) / (np.abs(U) + 1.0), axis=1)))
+            expected_full = -(bp.dV1 + 0.5 * bp.dV2)
+            if (gnorm < s.tol_grad or expected_full <= s.tol_cost * abs(J)) and mu <= s.mu_converged:
+                logs.append(IterationLog(it, J, J, expected_full, 0.0, mu, False, gnorm, restarts, 0,
+                                         t_der, t_dyn, t_bwd, 0.0))
+                mu, delta = self._decrease(mu, delta)
+                status = Status.CONVERGED
+                break
+            # ---- 3. line search
+            t0 = time.perf_counter()
+            accepted = False
+            trials = 0
+            alpha = 0.0
+            J_new = J
+            expected = expected_full
+            for a in s.line_search_steps:
+                trials += 1
+                expected_a = -(a * bp.dV1 + 0.5 * a * a * bp.dV2)
+                trial = dyn.rollout(x0, U + a * bp.k, X_ref=X, K=bp.K, lower=lo, upper=hi)
+                if trial.diverged:
+                    continue
+                Jt = self._total(trial.X, trial.U)
+                if not math.isfinite(Jt):
+                    continue
+                if expected_a > 0:
+                    z = (J - Jt) / expected_a
+                else:
+                    z = 1.0 if Jt < J else -1.0
+                if z > s.c1:
+                    accepted, alpha, J_new, expected = True, a, Jt, expected_a
+                    X_new, U_new = trial.X, trial.U
+                    break
+            t_ls = time.perf_counter() - t0
+            mu_used = mu
+            if accepted:
+                improvement = J - J_new
+                X, U, J = X_new, U_new, J_new
+                need_derivatives = True
+                mu, delta = self._decrease(mu, delta)
+                logs.append(IterationLog(it, J + improvement, J, expected, alpha, mu_used, True, gnorm,
+                                         restarts, trials, t_der, t_dyn, t_bwd, t_ls))
+                if alpha == s.line_search_steps[0] and improvement < s.tol_cost * abs(J + improvement):
+                    status = Status.CONVERGED
+                    break
+            else:
+                mu, delta = self._increase(mu, delta)
+                logs.append(IterationLog(it, J, J, expected_full, 0.0, mu_used, False, gnorm,
+                                         restarts, trials, t_der, t_dyn, t_bwd, t_ls))
+                if mu > s.mu_max:
+                    status = Status.LINE_SEARCH_FAILED
+                    break
+        return ILQGResult(X, U, K_last, k_last, J, status, tuple(logs), mu, delta, J_init,
+                          time.perf_counter() - t_start, x0)
+
+    def solve_from_warm_start(self, x0, previous: ILQGResult, *, shift: float = 1.0,
+                              feedback: bool = True, max_iterations: int | None = None) -> ILQGResult:
+        """Re-plan from a new state, warm-started by a previous plan (receding horizon).
+
+        The previous plan is shifted by ``shift`` steps (:func:`shift_plan`), rolled out
+        from ``x0`` — under its feedback gains when ``feedback`` (``u_i = U_i + K_i (x_i ⊖
+        X_i)``), open loop otherwise — and optimized starting from the previous μ and Δ.
+
+        Args:
+          x0: ``(nx,)`` current state.
+          previous: an :class:`ILQGResult` of this solver (same horizon and sizes).
+          shift: elapsed time since ``previous`` was planned, in planner steps (≥ 0).
+          feedback: use the previous gains in the initial rollout.
+          max_iterations: override of ``settings.max_iterations`` (e.g. 1 per MPC step).
+
+        Returns:
+          :class:`ILQGResult`.
+        """
+        if not isinstance(previous, ILQGResult):
+            raise ParameterError(f"previous must be an ILQGResult, got {type(previous).__name__}")
+        if not previous.ok:
+            raise ParameterError("previous plan DIVERGED; start a fresh solve instead of warm-starting")
+        X_ref, U, K = shift_plan(self.dynamics, previous.X, previous.U, previous.K if feedback else None,
+                                 shift)
+        mu = previous.mu
+        return self.solve(x0, U, X_ref=X_ref if feedback else None, K=K, mu=mu,
+                          delta=previous.delta, max_iterations=max_iterations)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _total(self, X, U) -> float:
+        J = float(self.cost.total(X, U))
+        if math.isnan(J):
+            raise NonFiniteError("cost is NaN on a finite trajectory; check the cost terms")
+        return J
+
+
+def _finite_derivatives(cd: CostDerivatives) -> bool:
+    return all(np.isfinite(a).all() for a in (cd.lx, cd.lu, cd.lxx, cd.luu, cd.lux))

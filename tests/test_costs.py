@@ -1,0 +1,422 @@
+"""Costs: every norm and residual against finite differences (tangent space), stage and
+trajectory assembly, the time-step convention, and bad input."""
+
+import mujoco
+import numpy as np
+import pytest
+
+from contactopt import ParameterError, ShapeError, NonFiniteError, load_model, state_integrate
+from contactopt.costs import (
+    L2,
+    BodyPosition,
+    CenterOfMass,
+    CenterOfMassVelocity,
+    Combination,
+    Control,
+    Cosh,
+    CostTerm,
+    LinearQuadraticCost,
+    Qpos,
+    Quadratic,
+    Qvel,
+    SitePosition,
+    SmoothAbs,
+    StageCost,
+    TrajectoryCost,
+    UserResidual,
+)
+
+from conftest import random_configuration
+
+NORMS = [Quadratic(), SmoothAbs(0.3), Cosh(0.7), L2(0.2)]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def random_state(model, rng, vel_scale=1.0):
+    q = random_configuration(model, rng)
+    v = rng.normal(scale=vel_scale, size=model.nv)
+    a = rng.normal(size=model.na)
+    return np.concatenate([q, v, a])
+
+
+def fd_state_jacobian(fn, model, x, eps=1e-6):
+    """Central differences of ``fn(x)`` in the tangent space: ``(fn(x ⊕ εe_j) − fn(x ⊕ −εe_j)) / 2ε``."""
+    ndx = 2 * model.nv + model.na
+    cols = []
+    for j in range(ndx):
+        e = np.zeros(ndx)
+        e[j] = eps
+        cols.append((fn(state_integrate(model, x, e)) - fn(state_integrate(model, x, -e))) / (2 * eps))
+    return np.stack(cols, axis=-1)
+
+
+def fd_control_jacobian(fn, u, eps=1e-6):
+    cols = []
+    for j in range(u.size):
+        e = np.zeros(u.size)
+        e[j] = eps
+        cols.append((fn(u + e) - fn(u - e)) / (2 * eps))
+    return np.stack(cols, axis=-1)
+
+
+def residual_with_jacobians(res, x, u):
+    """Evaluate a residual the way the stage cost does (kinematics + comPos on a fresh MjData)."""
+    model = res.model
+    data = mujoco.MjData(model)
+    nq, nv = model.nq, model.nv
+    data.qpos[:] = x[:nq]
+    data.qvel[:] = x[nq:nq + nv]
+    data.act[:] = x[nq + nv:]
+    mujoco.mj_kinematics(model, data)
+    mujoco.mj_comPos(model, data)
+    r, jx, ju = res.evaluate(data, x, u, True)
+    ndx = 2 * nv + model.na
+    jx = np.zeros((res.size, ndx)) if jx is None else jx
+    ju = np.zeros((res.size, model.nu)) if ju is None else ju
+    return r, jx, ju
+
+
+# --------------------------------------------------------------------------- norms
+
+
+@pytest.mark.parametrize("norm", NORMS, ids=lambda n: type(n).__name__)
+def test_norm_gradient_and_hessian_match_finite_differences(norm, rng):
+    R = rng.normal(scale=1.5, size=(7, 4))
+    g = norm.gradient(R)
+    H = norm.hessian(R)
+    eps = 1e-6
+    for n in range(R.shape[0]):
+        for j in range(R.shape[1]):
+            e = np.zeros(R.shape[1])
+            e[j] = eps
+            fd_g = (norm.value(R[n] + e) - norm.value(R[n] - e)) / (2 * eps)
+            fd_h = (norm.gradient(R[n] + e) - norm.gradient(R[n] - e)) / (2 * eps)
+            assert fd_g == pytest.approx(g[n, j], rel=1e-6, abs=1e-8)
+            np.testing.assert_allclose(H[n, :, j], fd_h, rtol=1e-5, atol=1e-7)
+    # batched evaluation equals one-by-one evaluation, diagonal accessor agrees
+    np.testing.assert_allclose(norm.value(R), [norm.value(r) for r in R])
+    np.testing.assert_allclose(norm.hessian_diagonal(R), np.diagonal(H, axis1=1, axis2=2))
+    # a norm: zero at zero, positive elsewhere, convex (PSD Hessian)
+    assert norm.value(np.zeros(4)) == pytest.approx(0.0, abs=1e-15)
+    assert np.all(norm.value(R) > 0)
+    assert np.all(np.linalg.eigvalsh(H) > -1e-12)
+
+
+def test_norm_closed_forms():
+    r = np.array([3.0, -4.0])
+    assert Quadratic().value(r) == pytest.approx(12.5)
+    assert SmoothAbs(1e-9).value(r) == pytest.approx(7.0)            # → Σ|r|
+    assert L2(1e-9).value(r) == pytest.approx(5.0)                   # → ‖r‖
+    assert L2(1.0).value(r) == pytest.approx(np.sqrt(26.0) - 1.0)
+    assert Cosh(2.0).value(np.array([1.0])) == pytest.approx(4.0 * (np.cosh(0.5) - 1.0))
+    # curvature at the origin: cosh → 1 (like ½r²), smooth-abs → 1/α, L2 → 1/p
+    np.testing.assert_allclose(Cosh(0.3).hessian(np.zeros(2)), np.eye(2))
+    np.testing.assert_allclose(SmoothAbs(0.5).hessian(np.zeros(2)), 2.0 * np.eye(2))
+    np.testing.assert_allclose(L2(0.25).hessian(np.zeros(3)), 4.0 * np.eye(3))
+    # smooth-abs is linear (slope 1) far from the origin: unit-preserving
+    assert SmoothAbs(0.01).gradient(np.array([10.0]))[0] == pytest.approx(1.0, abs=1e-5)
+    # cosh overflows to inf rather than NaN
+    with np.errstate(all="raise"):
+        assert np.isinf(Cosh(0.01).value(np.array([100.0])))
+
+
+@pytest.mark.parametrize("cls", [SmoothAbs, Cosh, L2])
+@pytest.mark.parametrize("bad", [0.0, -1.0])
+def test_norm_rejects_nonpositive_parameter(cls, bad):
+    with pytest.raises(ParameterError, match="alpha|p "):
+        cls(bad)
+
+
+def test_norm_rejects_nan_parameter():
+    with pytest.raises(NonFiniteError, match="alpha"):
+        SmoothAbs(float("nan"))
+
+
+# --------------------------------------------------------------------------- residuals
+
+
+def mixed_residuals(model):
+    """One of every residual kind on the conftest model (free, ball, hinge, slide joints)."""
+    target_q = random_configuration(model, np.random.default_rng(7))
+
+    def user_fn(m, d, x, u):
+        # nonlinear in q, v and u: a site height times a control, plus a velocity product
+        tip = d.site_xpos[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, "tip")]
+        nq = m.nq
+        return np.array([tip[2] * u[0] + np.sin(x[nq]) * x[nq + 1], tip[0] ** 2 - u[2]])
+
+    return [
+        SitePosition(model, "tip", [0.1, -0.2, 0.5]),
+        SitePosition(model, "tip", axes="xz"),
+        BodyPosition(model, "elbow", [0.0, 0.0, 1.0]),
+        BodyPosition(model, "slider", point="com"),
+        CenterOfMass(model),
+        CenterOfMass(model, "ball", axes="z"),
+        CenterOfMassVelocity(model),
+        CenterOfMassVelocity(model, "elbow", axes=[0, 2]),
+        Qpos(model, target_q),
+        Qpos(model, target_q, joints=["ball", "slide"]),
+        Qvel(model, np.arange(3.0), dofs=[0, 4, 7]),
+        Control(model, [0.1, 0.2], actuators=["hinge_motor", "tendon_motor"]),
+        Combination([(1.0, CenterOfMass(model)), (-0.5, SitePosition(model, "tip")),
+                     (2.0, BodyPosition(model, "pendulum"))], offset=[0.0, 0.1, 0.2]),
+        UserResidual(model, user_fn, 2, uses_control=True),
+    ]
+
+
+def test_every_residual_jacobian_matches_finite_differences(mixed_model, rng):
+    model = mixed_model
+    residuals = mixed_residuals(model)
+    for trial in range(3):
+        x = random_state(model, rng)
+        u = rng.normal(size=model.nu)
+        for res in residuals:
+            r, jx, ju = residual_with_jacobians(res, x, u)
+            assert r.shape == (res.size,)
+            np.testing.assert_allclose(r, res(x, u), atol=1e-12)
+            fd_jx = fd_state_jacobian(lambda xx: res(xx, u), model, x)
+            tol = 1e-4 if isinstance(res, CenterOfMassVelocity) else 1e-6  # forward-difference q block
+            np.testing.assert_allclose(jx, fd_jx, atol=tol, rtol=tol, err_msg=f"{res.name} J_x, trial {trial}")
+            fd_ju = fd_control_jacobian(lambda uu: res(x, uu), u)
+            np.testing.assert_allclose(ju, fd_ju, atol=1e-6, err_msg=f"{res.name} J_u")
+
+
+def test_qpos_residual_quaternion_jacobian_far_from_target(rng):
+    """Large rotations (up to ~π) exercise the full inverse right Jacobian of SO(3)."""
+    model = mujoco.MjModel.from_xml_string(
+        "<mujoco><worldbody><body><freejoint/><geom size='.1'/></body>"
+        "<body pos='1 0 0'><joint type='ball'/><geom size='.1'/></body></worldbody></mujoco>")
+    target = model.qpos0.copy()
+    res = Qpos(model, target)
+    for angle in (0.0, 1e-8, 0.5, 2.0, 3.0):
+        q = model.qpos0.copy()
+        for adr in (3, 7):
+            axis = rng.normal(size=3)
+            axis /= np.linalg.norm(axis)
+            q[adr:adr + 4] = np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * axis])
+        x = np.concatenate([q, np.zeros(model.nv)])
+        r, jx, _ = residual_with_jacobians(res, x, None)
+        assert np.linalg.norm(r[3:6]) == pytest.approx(angle, abs=1e-9)
+        np.testing.assert_allclose(jx, fd_state_jacobian(lambda xx: res(xx), model, x), atol=1e-6)
+
+
+def test_residual_values_have_the_documented_meaning(mixed_model, rng):
+    model = mixed_model
+    data = mujoco.MjData(model)
+    x = random_state(model, rng)
+    data.qpos[:] = x[:model.nq]
+    data.qvel[:] = x[model.nq:]
+    mujoco.mj_forward(model, data)
+    target = np.array([0.3, 0.2, 0.1])
+    np.testing.assert_allclose(SitePosition(model, "tip", target)(x), data.site("tip").xpos - target)
+    np.testing.assert_allclose(CenterOfMass(model)(x), data.subtree_com[0])
+    mujoco.mj_subtreeVel(model, data)
+    np.testing.assert_allclose(CenterOfMassVelocity(model)(x), data.subtree_linvel[0], atol=1e-12)
+    np.testing.assert_allclose(Qpos(model, x[:model.nq])(x), np.zeros(model.nv), atol=1e-12)
+    np.testing.assert_allclose(Qvel(model, dofs=[2])(x), x[model.nq + 2])
+
+
+def test_com_velocity_without_position_jacobian_keeps_velocity_block(mixed_model, rng):
+    model = mixed_model
+    x = random_state(model, rng)
+    full = residual_with_jacobians(CenterOfMassVelocity(model), x, None)[1]
+    short = residual_with_jacobians(CenterOfMassVelocity(model, position_jacobian=False), x, None)[1]
+    nv = model.nv
+    np.testing.assert_allclose(short[:, nv:], full[:, nv:])
+    assert np.all(short[:, :nv] == 0)
+
+
+# --------------------------------------------------------------------------- stage cost
+
+
+def mixed_stage_cost(model):
+    res = mixed_residuals(model)
+    norms = [Quadratic(), SmoothAbs(0.2), L2(0.1), Cosh(0.5)]
+    return StageCost(model, [CostTerm(r, norms[i % 4], 0.5 + i) for i, r in enumerate(res)])
+
+
+def test_stage_cost_gradient_is_exact_and_hessian_is_gauss_newton(mixed_model, rng):
+    model = mixed_model
+    cost = mixed_stage_cost(model)
+    x = random_state(model, rng, vel_scale=0.5)
+    u = rng.normal(scale=0.5, size=model.nu)
+    d = cost.evaluate(x, u)
+    assert d.l == pytest.approx(cost.value(x, u))
+    np.testing.assert_allclose(d.lx, fd_state_jacobian(lambda xx: np.array(cost.value(xx, u)), model, x),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d.lu, fd_control_jacobian(lambda uu: np.array(cost.value(x, uu)), u),
+                               rtol=1e-6, atol=1e-6)
+    # Gauss-Newton Hessian Σ w J_xᵀ H(r) J_x assembled from finite-difference Jacobians
+    lxx = np.zeros_like(d.lxx)
+    luu = np.zeros_like(d.luu)
+    lux = np.zeros_like(d.lux)
+    for t in cost.terms:
+        r = t.residual(x, u)
+        jx = fd_state_jacobian(lambda xx: t.residual(xx, u), model, x)
+        ju = fd_control_jacobian(lambda uu: t.residual(x, uu), u)
+        H = t.norm.hessian(r)
+        lxx += t.weight * jx.T @ H @ jx
+        luu += t.weight * ju.T @ H @ ju
+        lux += t.weight * ju.T @ H @ jx
+    np.testing.assert_allclose(d.lxx, lxx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(d.luu, luu, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(d.lux, lux, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(d.lxx, d.lxx.T, atol=1e-12)
+    assert np.linalg.eigvalsh(d.lxx).min() > -1e-9
+
+
+def test_stage_cost_of_linear_residual_has_exact_hessian(mixed_model, rng):
+    """For residuals linear in (v, u) the Gauss-Newton Hessian is the true Hessian."""
+    model = mixed_model
+    cost = StageCost(model, [CostTerm(Qvel(model), Quadratic(), 2.0),
+                             CostTerm(Control(model), Cosh(0.4), 3.0)])
+    x = random_state(model, rng)
+    u = rng.normal(size=model.nu)
+    d = cost.evaluate(x, u)
+    fd_lxx = fd_state_jacobian(lambda xx: cost.evaluate(xx, u).lx, model, x)
+    fd_luu = fd_control_jacobian(lambda uu: cost.evaluate(x, uu).lu, u)
+    np.testing.assert_allclose(d.lxx, fd_lxx, atol=1e-6)
+    np.testing.assert_allclose(d.luu, fd_luu, rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- trajectory cost
+
+
+def test_trajectory_cost_time_step_convention_and_shapes(mixed_model, rng):
+    model = mixed_model
+    h = 0.01
+    running = StageCost(model, [CostTerm(SitePosition(model, "tip"), SmoothAbs(0.1), 2.0),
+                                CostTerm(Control(model), Quadratic(), 0.5)])
+    terminal = StageCost(model, [CostTerm(Qvel(model), Quadratic(), 7.0)])
+    T = 4
+    X = np.stack([random_state(model, rng) for _ in range(T + 1)])
+    U = rng.normal(size=(T, model.nu))
+    explicit = TrajectoryCost(running, terminal, timestep=h)
+    implied = TrajectoryCost(running, timestep=h)
+    l = explicit.stage_values(X, U)
+    np.testing.assert_allclose(l[:T], [h * running.value(X[i], U[i]) for i in range(T)])
+    assert l[T] == pytest.approx(terminal.value(X[T]))                  # terminal: not scaled
+    assert implied.stage_values(X, U)[T] == pytest.approx(h * running.state_terms().value(X[T]))
+    assert explicit.total(X, U) == pytest.approx(l.sum())
+    d = explicit.evaluate(X, U)
+    ndx = 2 * model.nv + model.na
+    assert d.l.shape == (T + 1,) and d.lx.shape == (T + 1, ndx) and d.lu.shape == (T, model.nu)
+    assert d.lxx.shape == (T + 1, ndx, ndx) and d.luu.shape == (T, model.nu, model.nu)
+    assert d.lux.shape == (T, model.nu, ndx)
+    assert d.total == pytest.approx(explicit.total(X, U))
+    for i in (0, T - 1):
+        s = running.evaluate(X[i], U[i])
+        np.testing.assert_allclose(d.lx[i], h * s.lx)
+        np.testing.assert_allclose(d.luu[i], h * s.luu)
+        np.testing.assert_allclose(d.lux[i], h * s.lux)
+    np.testing.assert_allclose(d.lxx[T], terminal.evaluate(X[T]).lxx)
+    # default time step is the model's
+    assert TrajectoryCost(running).timestep == model.opt.timestep
+
+
+def test_linear_quadratic_cost_derivatives(rng):
+    n, m, T = 3, 2, 5
+    M = rng.normal(size=(n, n))
+    Q = M @ M.T
+    R = np.diag([0.5, 2.0])
+    cost = LinearQuadraticCost(Q, R, 3 * Q, x_ref=rng.normal(size=n), u_ref=rng.normal(size=m))
+    X = rng.normal(size=(T + 1, n))
+    U = rng.normal(size=(T, m))
+    d = cost.evaluate(X, U)
+    eps = 1e-6
+    for i in (0, T):
+        for j in range(n):
+            Xp, Xm = X.copy(), X.copy()
+            Xp[i, j] += eps
+            Xm[i, j] -= eps
+            assert d.lx[i, j] == pytest.approx((cost.total(Xp, U) - cost.total(Xm, U)) / (2 * eps), rel=1e-6)
+    Up = U.copy()
+    Up[2, 1] += eps
+    Um = U.copy()
+    Um[2, 1] -= eps
+    assert d.lu[2, 1] == pytest.approx((cost.total(X, Up) - cost.total(X, Um)) / (2 * eps), rel=1e-6)
+    with pytest.raises(ParameterError, match="symmetric"):
+        LinearQuadraticCost(np.triu(np.ones((2, 2))), np.eye(1))
+    with pytest.raises(ParameterError, match="semi-definite"):
+        LinearQuadraticCost(-np.eye(2), np.eye(1))
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_unknown_names_are_reported(mixed_model):
+    with pytest.raises(ParameterError, match="no site named 'nose'.*tip"):
+        SitePosition(mixed_model, "nose")
+    with pytest.raises(ParameterError, match="no body named"):
+        BodyPosition(mixed_model, "wing")
+    with pytest.raises(ParameterError, match="no joint named 'knee'"):
+        Qpos(mixed_model, joints=["knee"])
+    with pytest.raises(ParameterError, match="no actuator named"):
+        Control(mixed_model, actuators=["jet"])
+    with pytest.raises(ParameterError, match="site index 99 out of range"):
+        SitePosition(mixed_model, 99)
+    with pytest.raises(ParameterError, match="axes"):
+        SitePosition(mixed_model, "tip", axes="xw")
+    with pytest.raises(ParameterError, match="dof indices"):
+        Qvel(mixed_model, dofs=[100])
+
+
+def test_bad_targets_weights_and_terms(mixed_model):
+    with pytest.raises(ShapeError, match="target"):
+        SitePosition(mixed_model, "tip", [0.0, 1.0])
+    with pytest.raises(NonFiniteError, match="target"):
+        CenterOfMass(mixed_model, target=[0.0, np.nan, 0.0])
+    with pytest.raises(ParameterError, match="weight of site\\[tip\\] must be non-negative"):
+        CostTerm(SitePosition(mixed_model, "tip"), Quadratic(), -1.0)
+    with pytest.raises(NonFiniteError, match="weight"):
+        CostTerm(SitePosition(mixed_model, "tip"), Quadratic(), np.inf)
+    with pytest.raises(ParameterError, match="Norm"):
+        CostTerm(SitePosition(mixed_model, "tip"), "quadratic")
+    other = load_model("acrobot")
+    with pytest.raises(ParameterError, match="different model"):
+        StageCost(mixed_model, [CostTerm(SitePosition(other, "tip"))])
+    with pytest.raises(ShapeError, match="size"):
+        Combination([(1.0, SitePosition(mixed_model, "tip")), (1.0, Qvel(mixed_model))])
+    running = StageCost(mixed_model, [CostTerm(Control(mixed_model))])
+    with pytest.raises(ParameterError, match="terminal cost must not depend on the control"):
+        TrajectoryCost(running, running)
+    with pytest.raises(ParameterError, match="timestep"):
+        TrajectoryCost(running, timestep=0.0)
+
+
+def test_bad_states_and_controls_raise_naming_the_argument(mixed_model, rng):
+    model = mixed_model
+    cost = TrajectoryCost(StageCost(model, [CostTerm(SitePosition(model, "tip")),
+                                            CostTerm(Control(model))]))
+    T = 3
+    X = np.stack([random_state(model, rng) for _ in range(T + 1)])
+    U = np.zeros((T, model.nu))
+    bad = X.copy()
+    bad[2, 0] = np.nan
+    with pytest.raises(NonFiniteError, match="X"):
+        cost.total(bad, U)
+    with pytest.raises(ShapeError, match="X: expected shape \\(4, "):
+        cost.evaluate(X[:-1], U)
+    with pytest.raises(ShapeError, match="U"):
+        cost.total(X, np.zeros((T, model.nu + 1)))
+    with pytest.raises(ParameterError, match="at least one step"):
+        cost.total(X[:1], np.zeros((0, model.nu)))
+    with pytest.raises(ParameterError, match="needs a control"):
+        Control(model)(X[0])
+
+
+def test_user_residual_failures_name_the_term(mixed_model, rng):
+    model = mixed_model
+    x = random_state(model, rng)
+    nan_res = UserResidual(model, lambda m, d, x, u: np.array([np.nan]), 1, name="broken")
+    with pytest.raises(NonFiniteError, match="broken"):
+        StageCost(model, [CostTerm(nan_res)]).value(x)
+    wrong = UserResidual(model, lambda m, d, x, u: np.zeros(3), 2, name="wrong_size")
+    with pytest.raises(ShapeError, match="wrong_size"):
+        StageCost(model, [CostTerm(wrong)]).value(x)
+    with pytest.raises(ParameterError, match="callable"):
+        UserResidual(model, None, 1)
+    with pytest.raises(ParameterError, match="size"):
+        UserResidual(model, lambda *a: 0, 0)
