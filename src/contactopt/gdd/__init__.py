@@ -1,0 +1,46 @@
+"""Goal-directed dynamics (Todorov): a cost over accelerations in, physical controls out.
+
+* :class:`GDDSolver` / :func:`gdd_step` — the solver of the inverse formulation (eq. 8)
+  and a stepping helper for goal-directed simulation.
+* :mod:`contactopt.gdd.costs` — composable, weighted cost terms.
+* :mod:`contactopt.gdd.problem` — the per-state quantities read from one MuJoCo evaluation.
+"""
+
+from .costs import (
+    AccelerationTarget,
+    CenterOfMassAcceleration,
+    CenterOfPressure,
+    ContactForce,
+    Cost,
+    CostArrays,
+    CostTerm,
+    Damping,
+    EndEffectorAcceleration,
+    FrameState,
+    MinimumJerk,
+    SpringDamper,
+    TermModel,
+)
+from .problem import ActuationArrays, ActuationModel, GDDProblem, build_problem
+from .solver import (
+    DualUpdate,
+    GDDResult,
+    GDDSettings,
+    GDDSolver,
+    IterationLog,
+    LineSearch,
+    Status,
+    gdd_step,
+)
+
+__all__ = [
+    # solver
+    "GDDSolver", "GDDSettings", "GDDResult", "IterationLog", "Status", "LineSearch", "DualUpdate",
+    "gdd_step",
+    # cost terms
+    "Cost", "CostTerm", "CostArrays", "TermModel", "FrameState", "SpringDamper", "MinimumJerk",
+    "EndEffectorAcceleration", "Damping", "CenterOfMassAcceleration", "CenterOfPressure",
+    "ContactForce", "AccelerationTarget",
+    # per-state quantities
+    "GDDProblem", "build_problem", "ActuationModel", "ActuationArrays",
+]

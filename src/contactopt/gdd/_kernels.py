@@ -1,0 +1,1831 @@
+"""Compiled (numba) kernels of the goal-directed dynamics solver.
+
+Everything here works on the quantities of ONE MuJoCo evaluation of a state
+(position and velocity stages): the dense inertia ``M``, the force
+``c = qfrc_bias − qfrc_passive − (applied forces)``, and the constraint rows
+``J, aref, D, R, frictionloss`` with their types.  No MuJoCo call is made.
+
+Inverse dynamics with MuJoCo's soft constraints (GDD eq. 14)::
+
+    jar  = J a − aref
+    f    = −∇s(jar)                       (efc_force, reimplemented below)
+    g(a) = M a + c − Jᵀ f                 (qfrc_inverse minus the non-control forces)
+    P    = ∂g/∂a = M + Jᵀ H[s] J          (eq. 15)
+
+Per row, ``s`` is (``D = 1/R``):
+
+* equality rows: ``½ D jar²``;
+* friction-loss rows: Huber, ``½ D jar²`` for ``|jar| < R·floss``, else linear
+  with slope ``±floss``;
+* limits, frictionless and pyramidal contact rows: ``½ D jar²`` for ``jar < 0``,
+  else 0;
+* elliptic contacts (dim rows together): zero in the top zone, ``Σ ½ D jar²`` in
+  the bottom zone and ``½ Dm (N − μT)²`` in the middle ("cone") zone, with
+  ``U = (μ jar₀, friction ⊙ jar₁..)``, ``N = U₀``, ``T = ‖U₁..‖``,
+  ``Dm = D₀ / (μ²(1+μ²))``.
+
+So with pyramidal cones ``f`` is piecewise affine in ``a`` and ``H[s]`` is
+piecewise constant; the elliptic middle zone is smooth but not quadratic.
+
+The goal-directed problem (GDD eq. 8) is solved by :func:`gdd_solve`.  Loops
+are written row-major so LLVM vectorizes them; ``fastmath`` allows
+reassociation and contraction only (NaN/inf semantics are kept, the solver
+checks for them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+FM = {"reassoc", "contract", "arcp", "nsz"}
+
+# ---------------------------------------------------------------- row kinds / states
+
+ROW_EQUALITY = 0
+ROW_FRICTION = 1
+ROW_ONESIDED = 2  # joint/tendon limits, frictionless and pyramidal contact rows
+ROW_CONE = 3  # first (normal) row of an elliptic contact
+ROW_CONE_TAIL = 4  # remaining rows of an elliptic contact (handled with their head)
+
+# mujoco.mjtConstraint numbers
+_CNSTR_EQUALITY = 0
+_CNSTR_FRICTION_DOF = 1
+_CNSTR_FRICTION_TENDON = 2
+_CNSTR_CONTACT_ELLIPTIC = 7
+
+# same numbers as mujoco.mjtConstraintState
+STATE_SATISFIED = 0
+STATE_QUADRATIC = 1
+STATE_LINEARNEG = 2
+STATE_LINEARPOS = 3
+STATE_CONE = 4
+
+# solver status codes (mirrored by contactopt.gdd.solver.Status)
+STATUS_CONVERGED = 0
+STATUS_MAX_ITERATIONS = 1
+STATUS_MAX_DUAL_UPDATES = 2
+STATUS_STALLED = 3
+STATUS_NUMERICAL_ERROR = 4
+
+# float parameters
+PAR_PENALTY = 0
+PAR_TOL_GRAD = 1
+PAR_TOL_FEAS = 2
+PAR_NPAR = 3
+
+# int parameters
+IPAR_MAX_ITER = 0
+IPAR_MAX_DUAL = 1
+IPAR_EXACT_LS = 2  # 1: piecewise-quadratic sweep (pyramidal only), 0: 1-D Newton/bisection
+IPAR_NEWTON_DUAL = 3  # 1: second-order multiplier update, 0: first-order λ += ρ h
+IPAR_SCALES = 4  # 1: (re)compute penalty/violation scales, 0: use the given ones
+IPAR_NIPAR = 5
+
+# statistics
+ST_STATUS = 0
+ST_ITER = 1
+ST_DUAL = 2
+ST_FACT = 3
+ST_GRAD = 4
+ST_FEAS_EQ = 5
+ST_FEAS_BOX = 6
+ST_OBJECTIVE = 7
+ST_COST = 8
+ST_EVENTS = 9
+ST_LS_EVALS = 10
+ST_CLAMPED = 11
+ST_NSTAT = 12
+
+# per-iteration log columns
+LOG_OBJECTIVE = 0
+LOG_GRAD = 1
+LOG_STEP = 2
+LOG_ALPHA = 3
+LOG_EVENTS = 4
+LOG_NACTIVE = 5
+LOG_FACTORED = 6
+LOG_OUTER = 7
+LOG_NCOL = 8
+
+
+# ---------------------------------------------------------------- inverse constraint force
+
+
+@njit(cache=True, error_model="numpy")
+def row_kinds(efc_type, efc_id, con_dim, con_mu, con_fric, con_adr, kind, cdim, cmu, cfric):
+    """Row kinds from ``efc_type`` and, for elliptic contacts, the contact data.
+
+    Args:
+      efc_type, efc_id: ``(nefc,)`` MuJoCo's row types and object ids.
+      con_dim, con_mu, con_fric (ncon, 5), con_adr: contact ``dim``, ``mu``,
+        ``friction`` and ``efc_address`` (only read for elliptic rows).
+    Outputs:
+      kind (nefc,) ``ROW_*``; cdim, cmu (nefc,), cfric (nefc, 5) on elliptic head rows.
+    """
+    for i in range(efc_type.shape[0]):
+        t = efc_type[i]
+        cdim[i] = 0
+        cmu[i] = 0.0
+        if t == _CNSTR_EQUALITY:
+            kind[i] = ROW_EQUALITY
+        elif t == _CNSTR_FRICTION_DOF or t == _CNSTR_FRICTION_TENDON:
+            kind[i] = ROW_FRICTION
+        elif t == _CNSTR_CONTACT_ELLIPTIC:
+            cid = efc_id[i]
+            if con_adr[cid] == i:
+                kind[i] = ROW_CONE
+                cdim[i] = con_dim[cid]
+                cmu[i] = con_mu[cid]
+                for j in range(5):
+                    cfric[i, j] = con_fric[cid, j]
+            else:
+                kind[i] = ROW_CONE_TAIL
+        else:
+            kind[i] = ROW_ONESIDED
+
+
+@njit(cache=True, error_model="numpy")
+def constraint_update(jar, D, R, floss, kind, cdim, cmu, cfric, f, state, hdiag, hcone):
+    """MuJoCo's inverse constraint force ``f = −∇s(jar)`` and the Hessian of ``s``.
+
+    Args:
+      jar: ``(nefc,)`` ``J a − aref``.
+      D, R, floss: ``(nefc,)`` ``efc_D``, ``efc_R``, ``efc_frictionloss``.
+      kind, cdim, cmu, cfric: from :func:`row_kinds`.
+    Outputs (in place):
+      f: ``(nefc,)`` constraint force; state: ``(nefc,)`` ``mjtConstraintState``;
+      hdiag: ``(nefc,)`` diagonal of ``H[s]`` for rows not in a cone zone;
+      hcone: ``(nefc, 6, 6)`` dim×dim Hessian block on the head row of an elliptic
+      contact in the cone zone.
+    Returns:
+      ``s(jar)``, the constraint cost.
+    """
+    n = jar.shape[0]
+    cost = 0.0
+    i = 0
+    while i < n:
+        k = kind[i]
+        x = jar[i]
+        if k == ROW_EQUALITY:
+            f[i] = -D[i] * x
+            hdiag[i] = D[i]
+            state[i] = STATE_QUADRATIC
+            cost += 0.5 * D[i] * x * x
+        elif k == ROW_FRICTION:
+            rf = R[i] * floss[i]
+            if x <= -rf:
+                f[i] = floss[i]
+                hdiag[i] = 0.0
+                state[i] = STATE_LINEARNEG
+                cost += -0.5 * R[i] * floss[i] * floss[i] - floss[i] * x
+            elif x >= rf:
+                f[i] = -floss[i]
+                hdiag[i] = 0.0
+                state[i] = STATE_LINEARPOS
+                cost += -0.5 * R[i] * floss[i] * floss[i] + floss[i] * x
+            else:
+                f[i] = -D[i] * x
+                hdiag[i] = D[i]
+                state[i] = STATE_QUADRATIC
+                cost += 0.5 * D[i] * x * x
+        elif k == ROW_ONESIDED or k == ROW_CONE_TAIL:
+            if x >= 0.0:
+                f[i] = 0.0
+                hdiag[i] = 0.0
+                state[i] = STATE_SATISFIED
+            else:
+                f[i] = -D[i] * x
+                hdiag[i] = D[i]
+                state[i] = STATE_QUADRATIC
+                cost += 0.5 * D[i] * x * x
+        else:  # ROW_CONE
+            dim = cdim[i]
+            mu = cmu[i]
+            N = x * mu
+            T2 = 0.0
+            for j in range(1, dim):
+                u = jar[i + j] * cfric[i, j - 1]
+                T2 += u * u
+            T = math.sqrt(T2)
+            if N >= mu * T or (T <= 0.0 and N >= 0.0):
+                for j in range(dim):
+                    f[i + j] = 0.0
+                    hdiag[i + j] = 0.0
+                    state[i + j] = STATE_SATISFIED
+            elif mu * N + T <= 0.0 or (T <= 0.0 and N < 0.0):
+                for j in range(dim):
+                    xj = jar[i + j]
+                    f[i + j] = -D[i + j] * xj
+                    hdiag[i + j] = D[i + j]
+                    state[i + j] = STATE_QUADRATIC
+                    cost += 0.5 * D[i + j] * xj * xj
+            else:
+                Dm = D[i] / (mu * mu * (1.0 + mu * mu))
+                NmT = N - mu * T
+                cost += 0.5 * Dm * NmT * NmT
+                f0 = -Dm * NmT * mu
+                f[i] = f0
+                for j in range(1, dim):
+                    uj = jar[i + j] * cfric[i, j - 1]
+                    f[i + j] = -f0 / T * uj * cfric[i, j - 1]
+                # Hessian of ½ Dm (N − μT)² w.r.t. jar (as MuJoCo's cone Hessian)
+                H = hcone[i]
+                for r in range(dim):
+                    for cc in range(dim):
+                        H[r, cc] = 0.0
+                H[0, 0] = 1.0
+                for j in range(1, dim):
+                    H[0, j] = -mu / T * jar[i + j] * cfric[i, j - 1]
+                scl = mu * N / (T * T * T)
+                for r in range(1, dim):
+                    ur = jar[i + r] * cfric[i, r - 1]
+                    for cc in range(r, dim):
+                        H[r, cc] = scl * ur * jar[i + cc] * cfric[i, cc - 1]
+                scl = mu * mu - mu * N / T
+                for j in range(1, dim):
+                    H[j, j] += scl
+                for r in range(dim):
+                    sr = Dm * (mu if r == 0 else cfric[i, r - 1])
+                    for cc in range(r, dim):
+                        H[r, cc] *= sr * (mu if cc == 0 else cfric[i, cc - 1])
+                for r in range(dim):
+                    for cc in range(r + 1, dim):
+                        H[cc, r] = H[r, cc]
+                for j in range(dim):
+                    hdiag[i + j] = 0.0
+                    state[i + j] = STATE_CONE
+            i += dim
+            continue
+        i += 1
+    return cost
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def hs_mul(x, kind, cdim, state, hdiag, hcone, out):
+    """``out = H[s] x`` for a vector in constraint space ``(nefc,)``."""
+    n = x.shape[0]
+    i = 0
+    while i < n:
+        if kind[i] == ROW_CONE and state[i] == STATE_CONE:
+            dim = cdim[i]
+            for r in range(dim):
+                s = 0.0
+                for cc in range(dim):
+                    s += hcone[i, r, cc] * x[i + cc]
+                out[i + r] = s
+            i += dim
+        else:
+            out[i] = hdiag[i] * x[i]
+            i += 1
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def com_bias(cdof_dot, qvel, ancestors, bodies, roots, mass, cvel, xipos, subtree_com, out):
+    """Centre-of-mass acceleration at ``a = 0`` (``J̇_c v``, m/s²) from MuJoCo's com-based data.
+
+    Body b's spatial acceleration at ``a = 0`` is ``Σ_j ancestors[k, j] cdof_dot_j v_j``
+    (``(angular, linear)``, reference point ``subtree_com[root]``); the classical
+    acceleration of its centre of mass is ``α × r + a_lin + ω × (v_lin + ω × r)``,
+    ``r = xipos_b − subtree_com[root]``.  ``out (3,)`` gets the mass-weighted mean.
+    """
+    nbod = bodies.shape[0]
+    nv = qvel.shape[0]
+    total = 0.0
+    for c in range(3):
+        out[c] = 0.0
+    acc6 = np.empty(6)
+    for k in range(nbod):
+        for c in range(6):
+            acc6[c] = 0.0
+        for j in range(nv):
+            w = ancestors[k, j] * qvel[j]
+            if w != 0.0:
+                for c in range(6):
+                    acc6[c] += cdof_dot[j, c] * w
+        b = bodies[k]
+        rt = roots[k]
+        r0 = xipos[b, 0] - subtree_com[rt, 0]
+        r1 = xipos[b, 1] - subtree_com[rt, 1]
+        r2 = xipos[b, 2] - subtree_com[rt, 2]
+        w0 = cvel[b, 0]
+        w1 = cvel[b, 1]
+        w2 = cvel[b, 2]
+        v0 = cvel[b, 3] + w1 * r2 - w2 * r1
+        v1 = cvel[b, 4] + w2 * r0 - w0 * r2
+        v2 = cvel[b, 5] + w0 * r1 - w1 * r0
+        a0 = acc6[3] + acc6[1] * r2 - acc6[2] * r1 + w1 * v2 - w2 * v1
+        a1 = acc6[4] + acc6[2] * r0 - acc6[0] * r2 + w2 * v0 - w0 * v2
+        a2 = acc6[5] + acc6[0] * r1 - acc6[1] * r0 + w0 * v1 - w1 * v0
+        mb = mass[k]
+        out[0] += mb * a0
+        out[1] += mb * a1
+        out[2] += mb * a2
+        total += mb
+    for c in range(3):
+        out[c] /= total
+
+
+# ---------------------------------------------------------------- small dense linear algebra
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def cholesky(A, L):
+    """Lower Cholesky factor ``A = L Lᵀ`` (row-oriented); False if ``A`` is not SPD."""
+    n = A.shape[0]
+    for i in range(n):
+        for j in range(i + 1):
+            s = A[i, j]
+            for k in range(j):
+                s -= L[i, k] * L[j, k]
+            if i == j:
+                if not s > 0.0:
+                    return False
+                L[i, i] = math.sqrt(s)
+            else:
+                L[i, j] = s / L[j, j]
+        for j in range(i + 1, n):
+            L[i, j] = 0.0
+    return True
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def chol_solve(L, b, x):
+    """Solve ``L Lᵀ x = b`` (``x`` may alias ``b``)."""
+    n = L.shape[0]
+    for i in range(n):
+        s = b[i]
+        for k in range(i):
+            s -= L[i, k] * x[k]
+        x[i] = s / L[i, i]
+    for i in range(n - 1, -1, -1):
+        xi = x[i] / L[i, i]
+        x[i] = xi
+        for k in range(i):
+            x[k] -= L[i, k] * xi
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _lower_solve_rows(L, X):
+    """In place ``X ← L⁻¹ X`` for ``X (n, m)`` (row axpys)."""
+    n = L.shape[0]
+    m = X.shape[1]
+    for i in range(n):
+        for k in range(i):
+            lik = L[i, k]
+            if lik != 0.0:
+                for j in range(m):
+                    X[i, j] -= lik * X[k, j]
+        inv = 1.0 / L[i, i]
+        for j in range(m):
+            X[i, j] *= inv
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _lower_inverse(L):
+    """``L⁻¹`` of a lower-triangular matrix (row-oriented forward substitution)."""
+    n = L.shape[0]
+    X = np.zeros((n, n))
+    for i in range(n):
+        X[i, i] = 1.0
+    _lower_solve_rows(L, X)
+    return X
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _dot(x, y):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * y[i]
+    return s
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _matvec(A, x, out):
+    n = A.shape[0]
+    m = A.shape[1]
+    for i in range(n):
+        s = 0.0
+        for k in range(m):
+            s += A[i, k] * x[k]
+        out[i] = s
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _matTvec_add(A, y, out, scale):
+    """``out += scale · Aᵀ y``."""
+    n = A.shape[0]
+    m = A.shape[1]
+    for i in range(n):
+        yi = y[i]
+        if yi != 0.0:
+            yi *= scale
+            for k in range(m):
+                out[k] += A[i, k] * yi
+
+
+@njit(cache=True, error_model="numpy")
+def _sparse_rows(C, idx, nnz):
+    """Nonzero column indices of each row of ``C``."""
+    for r in range(C.shape[0]):
+        cnt = 0
+        for k in range(C.shape[1]):
+            if C[r, k] != 0.0:
+                idx[r, cnt] = k
+                cnt += 1
+        nnz[r] = cnt
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _srow_dot(C, idx, nnz, r, x):
+    s = 0.0
+    for p in range(nnz[r]):
+        k = idx[r, p]
+        s += C[r, k] * x[k]
+    return s
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _smatvec(C, idx, nnz, x, out):
+    for r in range(C.shape[0]):
+        out[r] = _srow_dot(C, idx, nnz, r, x)
+
+
+# ---------------------------------------------------------------- problem bundle
+
+Prob = namedtuple("Prob", [
+    "M", "LM", "LMi", "c", "J", "aref", "D", "R", "floss", "kind", "cdim", "cmu", "cfric",
+    "jnz", "jnnz", "Ceq", "ce_idx", "ce_nnz", "Cbox", "cb_idx", "cb_nnz", "lo", "hi",
+    "rho_e", "rho_b", "sc_e", "sc_b", "Q", "q", "Ka2", "Kf2", "e2",
+])
+
+Work = namedtuple("Work", [
+    "jar", "f", "state", "hdiag", "hcone", "g", "y", "h", "w", "nu", "bact", "r2", "gradg",
+    "grad", "tmp_nv", "tmp_efc", "tmp_efc2", "K2", "P", "Hm", "LH",
+    "kink", "release", "nk",
+])
+
+
+@njit(cache=True, error_model="numpy")
+def _make_work(nv, nefc, nz, nb, m2):
+    return Work(
+        np.empty(nefc), np.empty(nefc), np.zeros(nefc, dtype=np.int64), np.zeros(nefc),
+        np.zeros((nefc, 6, 6)), np.empty(nv), np.empty(nv), np.empty(nz), np.empty(nb),
+        np.empty(nb), np.zeros(nb, dtype=np.int64), np.empty(m2), np.empty(nv), np.empty(nv),
+        np.empty(nv), np.empty(nefc), np.empty(nefc), np.zeros((m2, nv)), np.empty((nv, nv)),
+        np.empty((nv, nv)), np.zeros((nv, nv)),
+        np.zeros(nefc, dtype=np.int64), np.zeros(nefc, dtype=np.int64), np.zeros(1, dtype=np.int64),
+    )
+
+
+# ---------------------------------------------------------------- objective
+
+
+@njit(cache=True, error_model="numpy")
+def _box_psi(w, lo, hi, mu_lo, mu_hi, rho):
+    """Σ_j ψ(w_j − hi_j, μ⁺_j) + ψ(lo_j − w_j, μ⁻_j), ψ(t, μ) = (max(0, μ + ρt)² − μ²)/(2ρ)."""
+    val = 0.0
+    for j in range(w.shape[0]):
+        if np.isfinite(hi[j]):
+            u = mu_hi[j] + rho[j] * (w[j] - hi[j])
+            val += (max(0.0, u) ** 2 - mu_hi[j] ** 2) / (2.0 * rho[j])
+        if np.isfinite(lo[j]):
+            u = mu_lo[j] + rho[j] * (lo[j] - w[j])
+            val += (max(0.0, u) ** 2 - mu_lo[j] ** 2) / (2.0 * rho[j])
+    return val
+
+
+@njit(cache=True, error_model="numpy")
+def _box_nu(w, lo, hi, mu_lo, mu_hi, rho, nu, act):
+    """``nu = dψ/dw``; ``act[j]`` = 1 (upper term on), −1 (lower term on), 0."""
+    for j in range(w.shape[0]):
+        nu[j] = 0.0
+        act[j] = 0
+        if np.isfinite(hi[j]):
+            u = mu_hi[j] + rho[j] * (w[j] - hi[j])
+            if u > 0.0:
+                nu[j] += u
+                act[j] = 1
+        if np.isfinite(lo[j]):
+            u = mu_lo[j] + rho[j] * (lo[j] - w[j])
+            if u > 0.0:
+                nu[j] -= u
+                act[j] = -1
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _cost_jacobian(pb, wk):
+    """``K2 = Ka2 − Kf2 H[s] J``: Jacobian of the force-dependent cost residual."""
+    m2 = pb.Ka2.shape[0]
+    nv = pb.Ka2.shape[1]
+    nefc = pb.J.shape[0]
+    for r in range(m2):
+        for i in range(nefc):
+            wk.tmp_efc[i] = pb.Kf2[r, i]
+        hs_mul(wk.tmp_efc, pb.kind, pb.cdim, wk.state, wk.hdiag, wk.hcone, wk.tmp_efc2)
+        for k in range(nv):
+            wk.K2[r, k] = pb.Ka2[r, k]
+        for i in range(nefc):
+            s = wk.tmp_efc2[i]
+            if s != 0.0:
+                for k in range(nv):
+                    wk.K2[r, k] -= s * pb.J[i, k]
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
+    """Objective, cost and gradient at ``a``; fills the work arrays. Returns ``(L, ℓ)``."""
+    nv = a.shape[0]
+    nefc = pb.J.shape[0]
+    nz = pb.Ceq.shape[0]
+    nb = pb.Cbox.shape[0]
+    m2 = pb.Ka2.shape[0]
+    _matvec(pb.J, a, wk.jar)
+    for i in range(nefc):
+        wk.jar[i] -= pb.aref[i]
+    constraint_update(wk.jar, pb.D, pb.R, pb.floss, pb.kind, pb.cdim, pb.cmu, pb.cfric,
+                      wk.f, wk.state, wk.hdiag, wk.hcone)
+    _mark_kinks(pb, wk)
+    # g = M a + c − Jᵀ f ;  y = M⁻¹ g
+    _matvec(pb.M, a, wk.g)
+    for k in range(nv):
+        wk.g[k] += pb.c[k]
+    _matTvec_add(pb.J, wk.f, wk.g, -1.0)
+    chol_solve(pb.LM, wk.g, wk.y)
+    _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, wk.g, wk.h)
+    _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, wk.g, wk.w)
+    _box_nu(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b, wk.nu, wk.bact)
+    phi = 0.5 * _dot(wk.g, wk.y)
+    for e in range(nz):
+        phi += lam[e] * wk.h[e] + 0.5 * pb.rho_e[e] * wk.h[e] * wk.h[e]
+    phi += _box_psi(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b)
+    # ℓ = ½ aᵀQa + qᵀa + ½‖Ka2 a + Kf2 f + e2‖²
+    _matvec(pb.Q, a, wk.tmp_nv)
+    ell = 0.5 * _dot(a, wk.tmp_nv) + _dot(pb.q, a)
+    for r in range(m2):
+        s = pb.e2[r]
+        for k in range(nv):
+            s += pb.Ka2[r, k] * a[k]
+        for i in range(nefc):
+            s += pb.Kf2[r, i] * wk.f[i]
+        wk.r2[r] = s
+        ell += 0.5 * s * s
+    phi += ell
+    # ∇_g L = y + Ceqᵀ(λ + ρ h) + Cboxᵀ ν
+    for k in range(nv):
+        wk.gradg[k] = wk.y[k]
+    for e in range(nz):
+        s = lam[e] + pb.rho_e[e] * wk.h[e]
+        for p in range(pb.ce_nnz[e]):
+            k = pb.ce_idx[e, p]
+            wk.gradg[k] += pb.Ceq[e, k] * s
+    for j in range(nb):
+        s = wk.nu[j]
+        if s != 0.0:
+            for p in range(pb.cb_nnz[j]):
+                k = pb.cb_idx[j, p]
+                wk.gradg[k] += pb.Cbox[j, k] * s
+    _eval_gradient(pb, wk, a)
+    return phi, ell
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell):
+    """Objective and gradient after the multipliers changed (a, g, f and ℓ unchanged)."""
+    nv = a.shape[0]
+    nz = pb.Ceq.shape[0]
+    nb = pb.Cbox.shape[0]
+    _box_nu(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b, wk.nu, wk.bact)
+    phi = 0.5 * _dot(wk.g, wk.y) + ell
+    for e in range(nz):
+        phi += lam[e] * wk.h[e] + 0.5 * pb.rho_e[e] * wk.h[e] * wk.h[e]
+    phi += _box_psi(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b)
+    for k in range(nv):
+        wk.gradg[k] = wk.y[k]
+    for e in range(nz):
+        s = lam[e] + pb.rho_e[e] * wk.h[e]
+        for p in range(pb.ce_nnz[e]):
+            k = pb.ce_idx[e, p]
+            wk.gradg[k] += pb.Ceq[e, k] * s
+    for j in range(nb):
+        s = wk.nu[j]
+        if s != 0.0:
+            for p in range(pb.cb_nnz[j]):
+                k = pb.cb_idx[j, p]
+                wk.gradg[k] += pb.Cbox[j, k] * s
+    _eval_gradient(pb, wk, a)
+    return phi
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _eval_gradient(pb, wk, a):
+    """``∇L = P ∇_g L + Q a + q + K2ᵀ r2`` with ``P z = M z + Jᵀ H (J z)`` for the current states."""
+    nv = a.shape[0]
+    m2 = pb.Ka2.shape[0]
+    _matvec(pb.M, wk.gradg, wk.grad)
+    _matvec(pb.J, wk.gradg, wk.tmp_efc)
+    hs_mul(wk.tmp_efc, pb.kind, pb.cdim, wk.state, wk.hdiag, wk.hcone, wk.tmp_efc2)
+    _matTvec_add(pb.J, wk.tmp_efc2, wk.grad, 1.0)
+    _matvec(pb.Q, a, wk.tmp_nv)
+    for k in range(nv):
+        wk.grad[k] += wk.tmp_nv[k] + pb.q[k]
+    if m2 > 0:
+        _cost_jacobian(pb, wk)
+        _matTvec_add(wk.K2, wk.r2, wk.grad, 1.0)
+
+
+@njit(cache=True, error_model="numpy")
+def _probe_states(pb, wk, a, d, Jd):
+    """Take the constraint states (and H[s]) just ahead along ``d`` and redo the gradient.
+
+    At a kink the states at ``a`` describe only one side; the Newton direction
+    built from them may be blocked.  The states at ``a + ε d`` describe the side
+    the direction enters (used with elliptic cones, whose zone boundaries are not pinned).
+    """
+    nefc = pb.J.shape[0]
+    an = math.sqrt(_dot(a, a))
+    dn = math.sqrt(_dot(d, d))
+    if dn == 0.0:
+        return
+    eps = 1e-7 * (1.0 + an) / dn
+    jp = np.empty(nefc)
+    fp = np.empty(nefc)
+    for i in range(nefc):
+        jp[i] = wk.jar[i] + eps * Jd[i]
+    constraint_update(jp, pb.D, pb.R, pb.floss, pb.kind, pb.cdim, pb.cmu, pb.cfric,
+                      fp, wk.state, wk.hdiag, wk.hcone)
+    _eval_gradient(pb, wk, a)
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _build_hessian(pb, wk):
+    """Gauss-Newton Hessian ``Pᵀ S P + Q + K2ᵀK2`` (eq. 18 with the AL terms), factored into LH.
+
+    ``S = M⁻¹ + Ceqᵀ diag(ρ_e) Ceq + Cboxᵀ diag(ρ_b · on) Cbox``; ``Pᵀ M⁻¹ P = XᵀX``
+    with ``X = L_M⁻¹ P``.  Returns False if the factorization fails even after a
+    small relative diagonal shift.
+    """
+    M = pb.M
+    J = pb.J
+    nv = M.shape[0]
+    nefc = J.shape[0]
+    nz = pb.Ceq.shape[0]
+    nb = pb.Cbox.shape[0]
+    m2 = pb.Ka2.shape[0]
+    P = wk.P
+    Hm = wk.Hm
+    for r in range(nv):
+        for k in range(nv):
+            P[r, k] = M[r, k]
+    # P += Jᵀ H J over the nonzero columns of each row
+    i = 0
+    while i < nefc:
+        if pb.kind[i] == ROW_CONE and wk.state[i] == STATE_CONE:
+            dim = pb.cdim[i]
+            nnz = pb.jnnz[i]
+            for r in range(dim):
+                for cc in range(dim):
+                    hrc = wk.hcone[i, r, cc]
+                    if hrc != 0.0:
+                        for p in range(nnz):
+                            kp = pb.jnz[i, p]
+                            jp = J[i + r, kp] * hrc
+                            for pp in range(nnz):
+                                kq = pb.jnz[i, pp]
+                                P[kp, kq] += jp * J[i + cc, kq]
+            i += dim
+            continue
+        hi_ = wk.hdiag[i]
+        if hi_ != 0.0:
+            nnz = pb.jnnz[i]
+            for p in range(nnz):
+                kp = pb.jnz[i, p]
+                jp = J[i, kp] * hi_
+                for pp in range(nnz):
+                    kq = pb.jnz[i, pp]
+                    P[kp, kq] += jp * J[i, kq]
+        i += 1
+    # Hm = (L⁻¹P)ᵀ(L⁻¹P) + Q + Σ ρ (C P)ᵀ(C P) + K2ᵀK2   (small dense products through BLAS)
+    X = np.dot(pb.LMi, P)
+    H = np.dot(X.T, X)
+    CP = np.dot(pb.Ceq, P)
+    for e in range(nz):
+        sr = math.sqrt(pb.rho_e[e])
+        for k in range(nv):
+            CP[e, k] *= sr
+    H += np.dot(CP.T, CP)
+    nact = 0
+    for j in range(nb):
+        if wk.bact[j] != 0:
+            nact += 1
+    if nact > 0:
+        CB = np.empty((nact, nv))
+        r = 0
+        for j in range(nb):
+            if wk.bact[j] != 0:
+                sr = math.sqrt(pb.rho_b[j])
+                for k in range(nv):
+                    CB[r, k] = sr * pb.Cbox[j, k]
+                r += 1
+        CBP = np.dot(CB, P)
+        H += np.dot(CBP.T, CBP)
+    if m2 > 0:
+        H += np.dot(wk.K2.T, wk.K2)
+    for r in range(nv):
+        for k in range(nv):
+            Hm[r, k] = 0.5 * (H[r, k] + H[k, r]) + pb.Q[r, k]
+    if cholesky(Hm, wk.LH):
+        return True
+    scale = 0.0
+    for r in range(nv):
+        scale = max(scale, abs(Hm[r, r]))
+    for attempt in range(3):
+        shift = scale * 1e-12 * (100.0 ** attempt)
+        for r in range(nv):
+            Hm[r, r] += shift
+        if cholesky(Hm, wk.LH):
+            return True
+    return False
+
+
+KINK_TOL = 1e-10
+
+
+@njit(cache=True, error_model="numpy")
+def _mark_kinks(pb, wk):
+    """Find rows sitting on a breakpoint of ``s`` and give them a definite state.
+
+    A one-sided row at ``jar = 0`` or a friction-loss row at ``jar = ±R·floss``
+    (within ``KINK_TOL`` relative) is a *kink*: the objective is not
+    differentiable there.  The row is snapped onto the breakpoint and, unless it
+    was released to a side (``wk.release``), *pinned* (``wk.kink = σ_b``) in its
+    zero-Hessian ("base") state: satisfied, or the linear friction state; ``σ_b``
+    is the sign of ``jar − θ`` on that side.  Released rows take the state of
+    their side; a release is forgotten once the row leaves the breakpoint.
+    """
+    nk = 0
+    for i in range(pb.J.shape[0]):
+        wk.kink[i] = 0
+        k = pb.kind[i]
+        if k == ROW_ONESIDED:
+            theta = 0.0
+            sb = 1
+        elif k == ROW_FRICTION:
+            rf = pb.R[i] * pb.floss[i]
+            if wk.jar[i] >= 0.0:
+                theta = rf
+                sb = 1
+            else:
+                theta = -rf
+                sb = -1
+        else:
+            continue
+        x = wk.jar[i]
+        tol = KINK_TOL * (1.0 + abs(pb.aref[i]) + abs(x + pb.aref[i]))
+        if abs(x - theta) > tol:
+            wk.release[i] = 0
+            continue
+        wk.jar[i] = theta
+        side = wk.release[i]
+        if side == 0 or side == sb:
+            # base state (zero Hessian)
+            wk.hdiag[i] = 0.0
+            if k == ROW_ONESIDED:
+                wk.state[i] = STATE_SATISFIED
+                wk.f[i] = 0.0
+            elif sb > 0:
+                wk.state[i] = STATE_LINEARPOS
+                wk.f[i] = -pb.floss[i]
+            else:
+                wk.state[i] = STATE_LINEARNEG
+                wk.f[i] = pb.floss[i]
+            if side == 0:
+                wk.kink[i] = sb
+                nk += 1
+        else:
+            wk.hdiag[i] = pb.D[i]
+            wk.state[i] = STATE_QUADRATIC
+            wk.f[i] = -pb.D[i] * theta
+    wk.nk[0] = nk
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _fwd_solve(L, b, x):
+    """``x = L⁻¹ b`` (x may alias b)."""
+    n = L.shape[0]
+    for i in range(n):
+        s = b[i]
+        for k in range(i):
+            s -= L[i, k] * x[k]
+        x[i] = s / L[i, i]
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _bwd_solve(L, x):
+    """In place ``x ← L⁻ᵀ x``."""
+    n = L.shape[0]
+    for i in range(n - 1, -1, -1):
+        xi = x[i] / L[i, i]
+        x[i] = xi
+        for k in range(i):
+            x[k] -= L[i, k] * xi
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _pinned(wk):
+    nk = wk.nk[0]
+    idx = np.empty(nk, dtype=np.int64)
+    c = 0
+    for i in range(wk.kink.shape[0]):
+        if wk.kink[i] != 0:
+            idx[c] = i
+            c += 1
+    return idx
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _face_step(pb, wk, kidx, d, nu):
+    """Newton step restricted to the face ``J_K d = 0`` of the pinned rows K.
+
+    ``d = −H⁻¹(∇L + J_Kᵀν)`` with ``(J_K H⁻¹ J_Kᵀ) ν = −J_K H⁻¹ ∇L`` (slightly
+    regularized: the rows of one pyramid are linearly dependent).  Returns the
+    norm of the face gradient ``∇L + J_Kᵀν``.
+    """
+    nv = d.shape[0]
+    nk = kidx.shape[0]
+    X = np.empty((nv, nk))
+    for c in range(nk):
+        for k in range(nv):
+            X[k, c] = pb.J[kidx[c], k]
+    _lower_solve_rows(wk.LH, X)
+    y = np.empty(nv)
+    _fwd_solve(wk.LH, wk.grad, y)
+    S = np.zeros((nk, nk))
+    rhs = np.zeros(nk)
+    for t in range(nv):
+        yt = y[t]
+        for r in range(nk):
+            xr = X[t, r]
+            rhs[r] -= xr * yt
+            for c in range(nk):
+                S[r, c] += xr * X[t, c]
+    tr = 0.0
+    for r in range(nk):
+        tr = max(tr, S[r, r])
+    for r in range(nk):
+        S[r, r] += 1e-12 * tr + 1e-300
+    LS = np.zeros((nk, nk))
+    if not cholesky(S, LS):
+        for r in range(nk):
+            S[r, r] += 1e-8 * tr
+        cholesky(S, LS)
+    chol_solve(LS, rhs, nu)
+    for k in range(nv):
+        s = y[k]
+        for c in range(nk):
+            s += X[k, c] * nu[c]
+        d[k] = -s
+    _bwd_solve(wk.LH, d)
+    # remove the residual component off the face exactly: d ← d − J_Kᵀ(J_K J_Kᵀ)⁻¹ J_K d
+    G = np.zeros((nk, nk))
+    r_ = np.zeros(nk)
+    for a_ in range(nk):
+        ia = kidx[a_]
+        s = 0.0
+        for k in range(nv):
+            s += pb.J[ia, k] * d[k]
+        r_[a_] = s
+        for b_ in range(nk):
+            ib = kidx[b_]
+            s = 0.0
+            for k in range(nv):
+                s += pb.J[ia, k] * pb.J[ib, k]
+            G[a_, b_] = s
+    trg = 0.0
+    for a_ in range(nk):
+        trg = max(trg, G[a_, a_])
+    for a_ in range(nk):
+        G[a_, a_] += 1e-12 * trg + 1e-300
+    LG = np.zeros((nk, nk))
+    if cholesky(G, LG):
+        chol_solve(LG, r_, r_)
+        for a_ in range(nk):
+            ia = kidx[a_]
+            for k in range(nv):
+                d[k] -= pb.J[ia, k] * r_[a_]
+    fg2 = 0.0
+    for k in range(nv):
+        s = wk.grad[k]
+        for c in range(nk):
+            s += pb.J[kidx[c], k] * nu[c]
+        fg2 += s * s
+    return math.sqrt(fg2)
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _release(pb, wk, kidx, nu, tol):
+    """Release the pinned row whose leaving the face decreases L fastest.
+
+    With ν from :func:`_face_step` at a face minimizer, moving row i off its
+    breakpoint by ``t`` changes L at rate ``−ν_i t`` on the base side and
+    ``(δ_i − ν_i) t`` on the other, ``δ_i = D_i (J_i ∇_g L − Kf2_iᵀ r2)``.
+    Returns True if a row was released (``wk.release`` set), False if no side
+    of any pinned row is a descent direction (a kink local minimum).
+    """
+    best = tol
+    bi = -1
+    bside = 0
+    for c in range(kidx.shape[0]):
+        i = kidx[c]
+        sb = wk.kink[i]
+        jn = 0.0
+        jg = 0.0
+        for k in range(pb.J.shape[1]):
+            jn += pb.J[i, k] * pb.J[i, k]
+            jg += pb.J[i, k] * wk.gradg[k]
+        kr = 0.0
+        for r in range(pb.Ka2.shape[0]):
+            kr += pb.Kf2[r, i] * wk.r2[r]
+        delta = pb.D[i] * (jg - kr)
+        jn = math.sqrt(jn)
+        rate_b = sb * nu[c] * jn
+        rate_d = -sb * (nu[c] - delta) * jn
+        if rate_b > best:
+            best = rate_b
+            bi = i
+            bside = sb
+        if rate_d > best:
+            best = rate_d
+            bi = i
+            bside = -sb
+    if bi < 0:
+        return False
+    wk.release[bi] = bside
+    return True
+
+
+# ---------------------------------------------------------------- exact line search (pyramidal)
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _piece_slopes(pb, d, Jd, rowstate, g1, y1, h1, w1, r1, dfd):
+    """Slopes along the line in the current piece: ``g1 = P d``, ``y1 = M⁻¹g1``, ``h1, w1, r1``."""
+    nv = d.shape[0]
+    nefc = Jd.shape[0]
+    m2 = pb.Ka2.shape[0]
+    for i in range(nefc):
+        dfd[i] = -pb.D[i] * Jd[i] if rowstate[i] == STATE_QUADRATIC else 0.0
+    _matvec(pb.M, d, g1)
+    _matTvec_add(pb.J, dfd, g1, -1.0)
+    chol_solve(pb.LM, g1, y1)
+    _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, g1, h1)
+    _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, g1, w1)
+    for r in range(m2):
+        s = 0.0
+        for k in range(nv):
+            s += pb.Ka2[r, k] * d[k]
+        for i in range(nefc):
+            s += pb.Kf2[r, i] * dfd[i]
+        r1[r] = s
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
+    """Exact minimization of the objective along ``a + α d`` when ``s`` is piecewise quadratic.
+
+    Walks the breakpoints in increasing α — constraint rows changing state and
+    box-penalty terms switching on or off — keeping the 1-D quadratic of the
+    current piece (derivative and curvature) up to date, and stops at the first
+    local minimizer along the ray: the minimizer of a piece that lies inside it,
+    or a kink where the right derivative becomes non-negative.
+
+    Returns ``(α, breakpoints crossed)``; ``α`` is exactly 1 when the Newton step
+    is the minimizer of the first piece.
+    """
+    (rowstate, g1, y1, yk, hk, h1, wk_, w1, rk, r1, dfd, tmp_nv,
+     ev_alpha, ev_row, ev_type, bhi, blo) = ls
+    nv = a.shape[0]
+    nefc = Jd.shape[0]
+    nz = pb.Ceq.shape[0]
+    nb = pb.Cbox.shape[0]
+    m2 = pb.Ka2.shape[0]
+    lo = pb.lo
+    hi = pb.hi
+    rho_b = pb.rho_b
+    # row states at α = 0⁺
+    for i in range(nefc):
+        x = wk.jar[i]
+        s = Jd[i]
+        k = pb.kind[i]
+        st = STATE_QUADRATIC
+        if k == ROW_ONESIDED:
+            st = STATE_QUADRATIC if (x < 0.0 or (x == 0.0 and s < 0.0)) else STATE_SATISFIED
+        elif k == ROW_FRICTION:
+            rf = pb.R[i] * pb.floss[i]
+            if x < -rf or (x == -rf and s <= 0.0):
+                st = STATE_LINEARNEG
+            elif x > rf or (x == rf and s >= 0.0):
+                st = STATE_LINEARPOS
+        rowstate[i] = st
+    _piece_slopes(pb, d, Jd, rowstate, g1, y1, h1, w1, r1, dfd)
+    for k in range(nv):
+        yk[k] = wk.y[k]
+    for e in range(nz):
+        hk[e] = wk.h[e]
+    for j in range(nb):
+        wk_[j] = wk.w[j]
+    for r in range(m2):
+        rk[r] = wk.r2[r]
+    _matvec(pb.Q, d, tmp_nv)
+    dQd = _dot(d, tmp_nv)
+    _matvec(pb.Q, a, tmp_nv)
+    ga0 = _dot(tmp_nv, d) + _dot(pb.q, d)
+    for j in range(nb):
+        bhi[j] = False
+        blo[j] = False
+        if np.isfinite(hi[j]):
+            u = mu_hi[j] + rho_b[j] * (wk_[j] - hi[j])
+            bhi[j] = u > 0.0 or (u == 0.0 and w1[j] > 0.0)
+        if np.isfinite(lo[j]):
+            u = mu_lo[j] + rho_b[j] * (lo[j] - wk_[j])
+            blo[j] = u > 0.0 or (u == 0.0 and w1[j] < 0.0)
+    # constraint-row breakpoints (α > 0)
+    nev = 0
+    for i in range(nefc):
+        s = Jd[i]
+        if s == 0.0:
+            continue
+        k = pb.kind[i]
+        if k == ROW_ONESIDED:
+            al = -wk.jar[i] / s
+            if al > 0.0:
+                ev_alpha[nev] = al
+                ev_row[nev] = i
+                ev_type[nev] = 0
+                nev += 1
+        elif k == ROW_FRICTION:
+            rf = pb.R[i] * pb.floss[i]
+            al = (-rf - wk.jar[i]) / s
+            if al > 0.0:
+                ev_alpha[nev] = al
+                ev_row[nev] = i
+                ev_type[nev] = -1
+                nev += 1
+            al = (rf - wk.jar[i]) / s
+            if al > 0.0:
+                ev_alpha[nev] = al
+                ev_row[nev] = i
+                ev_type[nev] = 1
+                nev += 1
+    order = np.argsort(ev_alpha[:nev])
+    alpha = 0.0
+    crossed = 0
+    pos = 0
+    for _guard in range(4 * (nev + 2 * nb) + 10):
+        dphi = _dot(g1, yk) + ga0 + alpha * dQd
+        ddphi = _dot(g1, y1) + dQd
+        for e in range(nz):
+            dphi += (lam[e] + pb.rho_e[e] * hk[e]) * h1[e]
+            ddphi += pb.rho_e[e] * h1[e] * h1[e]
+        for j in range(nb):
+            if bhi[j]:
+                dphi += (mu_hi[j] + rho_b[j] * (wk_[j] - hi[j])) * w1[j]
+                ddphi += rho_b[j] * w1[j] * w1[j]
+            if blo[j]:
+                dphi -= (mu_lo[j] + rho_b[j] * (lo[j] - wk_[j])) * w1[j]
+                ddphi += rho_b[j] * w1[j] * w1[j]
+        for r in range(m2):
+            dphi += r1[r] * rk[r]
+            ddphi += r1[r] * r1[r]
+        if dphi >= 0.0:
+            return alpha, crossed
+        tstar = -dphi / ddphi if ddphi > 0.0 else np.inf
+        t_row = np.inf
+        if pos < nev:
+            t_row = max(ev_alpha[order[pos]] - alpha, 0.0)
+        t_box = np.inf
+        jbox = -1
+        for j in range(nb):
+            if w1[j] == 0.0:
+                continue
+            if np.isfinite(hi[j]):
+                if (bhi[j] and w1[j] < 0.0) or ((not bhi[j]) and w1[j] > 0.0):
+                    u = mu_hi[j] + rho_b[j] * (wk_[j] - hi[j])
+                    t = max(-u / (rho_b[j] * w1[j]), 0.0)
+                    if t < t_box:
+                        t_box = t
+                        jbox = j
+            if np.isfinite(lo[j]):
+                if (blo[j] and w1[j] > 0.0) or ((not blo[j]) and w1[j] < 0.0):
+                    u = mu_lo[j] + rho_b[j] * (lo[j] - wk_[j])
+                    t = max(u / (rho_b[j] * w1[j]), 0.0)
+                    if t < t_box:
+                        t_box = t
+                        jbox = nb + j
+        t_ev = min(t_row, t_box)
+        if tstar <= t_ev or not np.isfinite(t_ev):
+            if crossed == 0 and abs(tstar - 1.0) <= 1e-6:
+                return 1.0, crossed  # the Newton step is the minimizer of the piece (to roundoff)
+            return alpha + tstar, crossed
+        # advance to the event
+        for k in range(nv):
+            yk[k] += t_ev * y1[k]
+        for e in range(nz):
+            hk[e] += t_ev * h1[e]
+        for j in range(nb):
+            wk_[j] += t_ev * w1[j]
+        for r in range(m2):
+            rk[r] += t_ev * r1[r]
+        alpha += t_ev
+        crossed += 1
+        if t_box < t_row:
+            if jbox < nb:
+                bhi[jbox] = not bhi[jbox]
+            else:
+                blo[jbox - nb] = not blo[jbox - nb]
+            continue
+        changed = False
+        while pos < nev and ev_alpha[order[pos]] <= alpha:
+            ev = order[pos]
+            pos += 1
+            i = ev_row[ev]
+            s = Jd[i]
+            if pb.kind[i] == ROW_ONESIDED:
+                new = STATE_QUADRATIC if s < 0.0 else STATE_SATISFIED
+            elif ev_type[ev] > 0:
+                new = STATE_LINEARPOS if s > 0.0 else STATE_QUADRATIC
+            else:
+                new = STATE_LINEARNEG if s < 0.0 else STATE_QUADRATIC
+            if new != rowstate[i]:
+                rowstate[i] = new
+                changed = True
+        if changed:
+            _piece_slopes(pb, d, Jd, rowstate, g1, y1, h1, w1, r1, dfd)
+    return alpha, crossed
+
+
+# ---------------------------------------------------------------- 1-D fallback line search
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _phi_line(pb, alpha, a, d, Jd, Md, lam, mu_lo, mu_hi, lw):
+    """φ(α) and φ'(α) along ``a + α d`` by direct evaluation (any cone type)."""
+    (at, jt, ft, st, hd, hc, gt, yt, ht, wt, nut, bact, g1t, te, te2, tn, rt) = lw
+    nv = a.shape[0]
+    nefc = Jd.shape[0]
+    nz = pb.Ceq.shape[0]
+    nb = pb.Cbox.shape[0]
+    m2 = pb.Ka2.shape[0]
+    for k in range(nv):
+        at[k] = a[k] + alpha * d[k]
+    _matvec(pb.J, at, jt)
+    for i in range(nefc):
+        jt[i] -= pb.aref[i]
+    constraint_update(jt, pb.D, pb.R, pb.floss, pb.kind, pb.cdim, pb.cmu, pb.cfric, ft, st, hd, hc)
+    _matvec(pb.M, at, gt)
+    for k in range(nv):
+        gt[k] += pb.c[k]
+    _matTvec_add(pb.J, ft, gt, -1.0)
+    chol_solve(pb.LM, gt, yt)
+    _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, gt, ht)
+    _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, gt, wt)
+    _box_nu(wt, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b, nut, bact)
+    # g1 = P(α) d
+    hs_mul(Jd, pb.kind, pb.cdim, st, hd, hc, te2)
+    for k in range(nv):
+        g1t[k] = Md[k]
+    _matTvec_add(pb.J, te2, g1t, 1.0)
+    phi = 0.5 * _dot(gt, yt)
+    dphi = _dot(g1t, yt)
+    for e in range(nz):
+        phi += lam[e] * ht[e] + 0.5 * pb.rho_e[e] * ht[e] * ht[e]
+        dphi += (lam[e] + pb.rho_e[e] * ht[e]) * _srow_dot(pb.Ceq, pb.ce_idx, pb.ce_nnz, e, g1t)
+    phi += _box_psi(wt, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b)
+    for j in range(nb):
+        if nut[j] != 0.0:
+            dphi += nut[j] * _srow_dot(pb.Cbox, pb.cb_idx, pb.cb_nnz, j, g1t)
+    _matvec(pb.Q, at, tn)
+    phi += 0.5 * _dot(at, tn) + _dot(pb.q, at)
+    dphi += _dot(tn, d) + _dot(pb.q, d)
+    for r in range(m2):
+        s = pb.e2[r]
+        sd = 0.0
+        for k in range(nv):
+            s += pb.Ka2[r, k] * at[k]
+            sd += pb.Ka2[r, k] * d[k]
+        for i in range(nefc):
+            s += pb.Kf2[r, i] * ft[i]
+            sd -= pb.Kf2[r, i] * te2[i]
+        phi += 0.5 * s * s
+        dphi += s * sd
+    return phi, dphi
+
+
+@njit(cache=True, error_model="numpy")
+def _linesearch_1d(pb, a, d, Jd, dphi0, lam, mu_lo, mu_hi):
+    """Safeguarded 1-D search for the first zero of φ'(α) (used with elliptic cones).
+
+    Brackets the first sign change of φ' by doubling from α = 1 (the Newton
+    step), then secant steps safeguarded by bisection.  φ' may jump at
+    breakpoints; a bracket collapsing onto a jump is a kink minimum.
+    Returns ``(α, evaluations)``.
+    """
+    nv = a.shape[0]
+    nefc = Jd.shape[0]
+    nz = pb.Ceq.shape[0]
+    nb = pb.Cbox.shape[0]
+    m2 = pb.Ka2.shape[0]
+    lw = (np.empty(nv), np.empty(nefc), np.empty(nefc), np.empty(nefc, dtype=np.int64),
+          np.empty(nefc), np.zeros((nefc, 6, 6)), np.empty(nv), np.empty(nv), np.empty(nz),
+          np.empty(nb), np.empty(nb), np.empty(nb, dtype=np.int64), np.empty(nv),
+          np.empty(nefc), np.empty(nefc), np.empty(nv), np.empty(m2))
+    Md = np.empty(nv)
+    _matvec(pb.M, d, Md)
+    lo_a = 0.0
+    dlo = dphi0
+    hi_a = 1.0
+    evals = 1
+    _, dhi = _phi_line(pb, hi_a, a, d, Jd, Md, lam, mu_lo, mu_hi, lw)
+    while dhi < 0.0 and evals < 60:
+        lo_a = hi_a
+        dlo = dhi
+        hi_a *= 2.0
+        _, dhi = _phi_line(pb, hi_a, a, d, Jd, Md, lam, mu_lo, mu_hi, lw)
+        evals += 1
+    if dhi <= 0.0:
+        return hi_a, evals
+    best = hi_a
+    for it in range(100):
+        width = hi_a - lo_a
+        t = lo_a - dlo * width / (dhi - dlo) if dhi != dlo else 0.5 * (lo_a + hi_a)
+        if not (t > lo_a + 0.01 * width and t < hi_a - 0.01 * width) or it % 3 == 2:
+            t = 0.5 * (lo_a + hi_a)
+        _, dt = _phi_line(pb, t, a, d, Jd, Md, lam, mu_lo, mu_hi, lw)
+        evals += 1
+        best = t
+        if dt < 0.0:
+            lo_a = t
+            dlo = dt
+        else:
+            hi_a = t
+            dhi = dt
+        if abs(dt) <= 1e-15 * abs(dphi0) or (hi_a - lo_a) <= 1e-15 * hi_a:
+            break
+    return best, evals
+
+
+# ---------------------------------------------------------------- multiplier update
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi):
+    """Second-order augmented-Lagrangian multiplier update.
+
+    In the current piece the inner minimizer ``a(ν)`` and the constraint values
+    ``t(ν)`` are affine in the multipliers ν of the equality rows and of the box
+    rows whose penalty is on; ``dt/dν = −C H⁻¹ Cᵀ`` with rows ``C_k = n_k P``.
+    The update ``ν += (C H⁻¹ Cᵀ)⁻¹ t`` makes the next inner solve land on
+    ``t = 0`` when the piece does not change (box multipliers are clipped at 0).
+    With pinned kink rows K the inner solve is restricted to ``J_K d = 0`` and
+    ``H⁻¹`` is replaced by ``H⁻¹ − H⁻¹J_Kᵀ(J_K H⁻¹ J_Kᵀ)⁻¹J_K H⁻¹``.
+    Returns False if ``C H⁻¹ Cᵀ`` is singular (the caller then uses ``ν += ρ t``).
+    """
+    nv = pb.M.shape[0]
+    nz = pb.Ceq.shape[0]
+    nb = pb.Cbox.shape[0]
+    nA = nz
+    for j in range(nb):
+        if wk.bact[j] != 0:
+            nA += 1
+    if nA == 0:
+        return True
+    Ct = np.zeros((nv, nA))  # columns: (n_k P)ᵀ = P n_kᵀ
+    tv = np.empty(nA)
+    col = 0
+    for e in range(nz + nb):
+        if e < nz:
+            row = e
+            cnt = pb.ce_nnz[e]
+            sign = 1.0
+            tv[col] = wk.h[e]
+        else:
+            row = e - nz
+            if wk.bact[row] == 0:
+                continue
+            cnt = pb.cb_nnz[row]
+            if wk.bact[row] > 0:
+                sign = 1.0
+                tv[col] = wk.w[row] - pb.hi[row]
+            else:
+                sign = -1.0
+                tv[col] = pb.lo[row] - wk.w[row]
+        for p in range(cnt):
+            if e < nz:
+                t = pb.ce_idx[row, p]
+                cv = sign * pb.Ceq[row, t]
+            else:
+                t = pb.cb_idx[row, p]
+                cv = sign * pb.Cbox[row, t]
+            for k in range(nv):
+                Ct[k, col] += cv * wk.P[t, k]
+        col += 1
+    _lower_solve_rows(wk.LH, Ct)
+    S = np.zeros((nA, nA))
+    for t in range(nv):
+        for r in range(nA):
+            xr = Ct[t, r]
+            if xr != 0.0:
+                for k in range(nA):
+                    S[r, k] += xr * Ct[t, k]
+    nk = kidx.shape[0]
+    if nk > 0:
+        XK = np.empty((nv, nk))
+        for c in range(nk):
+            for k in range(nv):
+                XK[k, c] = pb.J[kidx[c], k]
+        _lower_solve_rows(wk.LH, XK)
+        SK = np.zeros((nk, nk))
+        B = np.zeros((nk, nA))
+        for t in range(nv):
+            for r in range(nk):
+                xr = XK[t, r]
+                for k in range(nk):
+                    SK[r, k] += xr * XK[t, k]
+                for k in range(nA):
+                    B[r, k] += xr * Ct[t, k]
+        tr = 0.0
+        for r in range(nk):
+            tr = max(tr, SK[r, r])
+        for r in range(nk):
+            SK[r, r] += 1e-12 * tr + 1e-300
+        LK = np.zeros((nk, nk))
+        if not cholesky(SK, LK):
+            return False
+        col_ = np.empty(nk)
+        for k in range(nA):
+            for r in range(nk):
+                col_[r] = B[r, k]
+            chol_solve(LK, col_, col_)
+            for r in range(nA):
+                s_ = 0.0
+                for q_ in range(nk):
+                    s_ += B[q_, r] * col_[q_]
+                S[r, k] -= s_
+    LS = np.zeros((nA, nA))
+    if not cholesky(S, LS):
+        return False
+    chol_solve(LS, tv, tv)
+    col = 0
+    for e in range(nz):
+        lam[e] += tv[col]
+        col += 1
+    for j in range(nb):
+        if wk.bact[j] > 0:
+            mu_hi[j] = max(0.0, mu_hi[j] + tv[col])
+            col += 1
+        elif wk.bact[j] < 0:
+            mu_lo[j] = max(0.0, mu_lo[j] + tv[col])
+            col += 1
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def _feasibility(pb, wk):
+    fe = 0.0
+    for e in range(pb.Ceq.shape[0]):
+        fe = max(fe, abs(wk.h[e]) * pb.sc_e[e])
+    fb = 0.0
+    for j in range(pb.Cbox.shape[0]):
+        if np.isfinite(pb.hi[j]):
+            fb = max(fb, max(0.0, wk.w[j] - pb.hi[j]) * pb.sc_b[j])
+        if np.isfinite(pb.lo[j]):
+            fb = max(fb, max(0.0, pb.lo[j] - wk.w[j]) * pb.sc_b[j])
+    return fe, fb
+
+
+# ---------------------------------------------------------------- the solver
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _assemble_cost(M, mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, Q, q):
+    """Fold the a-only cost terms into ``½aᵀQa + qᵀa + c0``; returns c0.
+
+    mass terms ``(w_k/2)(a − t_k)ᵀM(a − t_k)``, diagonal terms
+    ``(w_k/2)Σ_i m_ki (a_i − t_ki)²`` and residual rows ``(w_r/2)(Ka1_r a + e1_r)²``.
+    """
+    nv = M.shape[0]
+    c0 = 0.0
+    sig = 0.0
+    for k in range(nv):
+        q[k] = 0.0
+    tmp = np.zeros(nv)
+    Mt = np.empty(nv)
+    for t in range(mass_w.shape[0]):
+        wt = mass_w[t]
+        if wt == 0.0:
+            continue
+        sig += wt
+        for k in range(nv):
+            tmp[k] += wt * mass_t[t, k]
+        _matvec(M, mass_t[t], Mt)
+        c0 += 0.5 * wt * _dot(mass_t[t], Mt)
+    _matvec(M, tmp, Mt)
+    for r in range(nv):
+        q[r] = -Mt[r]
+        for k in range(nv):
+            Q[r, k] = sig * M[r, k]
+    for t in range(diag_w.shape[0]):
+        wt = diag_w[t]
+        if wt == 0.0:
+            continue
+        for k in range(nv):
+            wm = wt * diag_m[t, k]
+            Q[k, k] += wm
+            q[k] -= wm * diag_t[t, k]
+            c0 += 0.5 * wm * diag_t[t, k] * diag_t[t, k]
+    for r in range(Ka1.shape[0]):
+        wr = wa[r]
+        if wr == 0.0:
+            continue
+        er = e1[r]
+        c0 += 0.5 * wr * er * er
+        for i in range(nv):
+            ki = wr * Ka1[r, i]
+            if ki != 0.0:
+                q[i] += ki * er
+                for k in range(nv):
+                    Q[i, k] += ki * Ka1[r, k]
+    return c0
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _scales(LM, Ceq, Bdir, rho, rho_e, rho_b, sc_e, sc_b):
+    """Penalties ``ρ_k = ρ · n_kᵀ M⁻¹ n_k`` and violation scales ``‖M⁻¹ n_k‖``."""
+    nv = LM.shape[0]
+    col = np.empty(nv)
+    for e in range(Ceq.shape[0] + Bdir.shape[0]):
+        src = Ceq[e] if e < Ceq.shape[0] else Bdir[e - Ceq.shape[0]]
+        for k in range(nv):
+            col[k] = src[k]
+        chol_solve(LM, col, col)
+        r = rho * max(_dot(src, col), 1e-300)
+        s = math.sqrt(_dot(col, col))
+        if e < Ceq.shape[0]:
+            rho_e[e] = r
+            sc_e[e] = s
+        else:
+            rho_b[e - Ceq.shape[0]] = r
+            sc_b[e - Ceq.shape[0]] = s
+
+
+@njit(cache=True, error_model="numpy")
+def _same_pattern(wk, fact_state, fact_bact, have_factor):
+    """True when the Hessian factor was built for the current constraint and box pattern."""
+    if not have_factor:
+        return False
+    for i in range(wk.state.shape[0]):
+        if wk.state[i] != fact_state[i] or wk.state[i] == STATE_CONE:
+            return False
+    for j in range(wk.bact.shape[0]):
+        if wk.bact[j] != fact_bact[j]:
+            return False
+    return True
+
+
+@njit(cache=True, error_model="numpy")
+def _save_pattern(wk, fact_state, fact_bact):
+    for i in range(wk.state.shape[0]):
+        fact_state[i] = wk.state[i]
+    for j in range(wk.bact.shape[0]):
+        fact_bact[j] = wk.bact[j]
+
+
+@njit(cache=True, error_model="numpy")
+def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con_fric, con_adr,
+              Ceq, Cbox, Bdir, lo, hi, scales,
+              mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, Ka2, Kf2, e2, wf,
+              Bpinv, gain, bias, ctrl_lo, ctrl_hi,
+              a, lam, mu_lo, mu_hi, params, iparams,
+              out_g, out_f, out_state, out_w, out_ctrl, stats, log):
+    """Goal-directed dynamics at one state (GDD eq. 8) by an augmented Lagrangian.
+
+    Minimizes over accelerations ``a (nv,)``::
+
+        L(a) = ½ g(a)ᵀ M⁻¹ g(a) + ℓ(a)
+               + Σ_e [λ_e h_e + ½ ρ_e h_e²]                      h = Ceq g   (= 0)
+               + Σ_j ψ(w_j − hi_j, μ⁺_j) + ψ(lo_j − w_j, μ⁻_j)   w = Cbox g  (lo ≤ w ≤ hi)
+        ℓ(a) = ½ aᵀ Q a + qᵀ a + c0 + ½ ‖Ka2 a + Kf2 f(a) + e2‖²   (row-weighted)
+
+    with Gauss-Newton steps (Hessian ``Pᵀ S P + Q + K2ᵀK2``, exact inside each
+    piece of the piecewise-quadratic objective, refactored only when the piece
+    changes), an exact line search, and multiplier updates (second order, or
+    ``λ += ρ h``, ``μ± = max(0, μ± + ρ t±)``) until the violation, in acceleration
+    units ``‖M⁻¹ n_k‖·|t_k|``, is below tolerance.  Finally
+    ``w = Bpinv g``, ``ctrl = clip((w − bias)/gain, ctrl_lo, ctrl_hi)``.
+
+    Args:
+      M (nv, nv), c (nv,): inertia and non-control force.
+      J (nefc, nv), aref, D, R, floss (nefc,), efc_type, efc_id (nefc,): constraint rows.
+      con_dim, con_mu, con_fric (ncon, 5), con_adr (ncon,): contact data (elliptic cones only).
+      Ceq (nz, nv): rows whose product with g must vanish.
+      Cbox (nb, nv), lo, hi (nb,): bounded actuator forces ``w = Cbox g`` (±inf: no bound).
+      Bdir (nb, nv): generalized-force direction of each box row.
+      scales (4, max(nz, nb)): rows ρ_e, ρ_b, sc_e, sc_b; computed here when
+        ``iparams[IPAR_SCALES]`` is 1, else used as given.
+      mass_w (km,), mass_t (km, nv); diag_w (kd,), diag_m, diag_t (kd, nv);
+      Ka1 (m1, nv), e1, wa (m1,); Ka2 (m2, nv), Kf2 (m2, nefc), e2, wf (m2,): the cost.
+      Bpinv (nc, nv), gain, bias, ctrl_lo, ctrl_hi (nc,): control map.
+      a (nv,): initial guess in, solution out.  lam (nz,), mu_lo, mu_hi (nb,): multipliers in/out.
+      params (PAR_NPAR,): penalty ρ, gradient tolerance (relative to max(1, ‖c‖, ‖g(a₀)‖)),
+        feasibility tolerance (m/s²); iparams (IPAR_NIPAR,).
+      out_g (nv,), out_f, out_state (nefc,), out_w, out_ctrl (nc,), stats (ST_NSTAT,),
+      log (max_iter, LOG_NCOL): outputs.
+    """
+    nv = M.shape[0]
+    nefc = J.shape[0]
+    nz = Ceq.shape[0]
+    nb = Cbox.shape[0]
+    m2 = Ka2.shape[0]
+    rho = params[PAR_PENALTY]
+    tol_grad0 = params[PAR_TOL_GRAD] * max(1.0, math.sqrt(_dot(c, c)))
+    tol_grad = tol_grad0
+    tol_feas = params[PAR_TOL_FEAS]
+    max_iter = iparams[IPAR_MAX_ITER]
+    max_dual = iparams[IPAR_MAX_DUAL]
+    exact_ls = iparams[IPAR_EXACT_LS]
+    newton_dual = iparams[IPAR_NEWTON_DUAL]
+    for k in range(ST_NSTAT):
+        stats[k] = 0.0
+
+    # ---- per-state setup
+    kind = np.empty(nefc, dtype=np.int64)
+    cdim = np.zeros(nefc, dtype=np.int64)
+    cmu = np.zeros(nefc)
+    cfric = np.zeros((nefc, 5))
+    row_kinds(efc_type, efc_id, con_dim, con_mu, con_fric, con_adr, kind, cdim, cmu, cfric)
+    for i in range(nefc):
+        if kind[i] == ROW_CONE:
+            exact_ls = 0
+    LM = np.zeros((nv, nv))
+    if not cholesky(M, LM):
+        stats[ST_STATUS] = STATUS_NUMERICAL_ERROR
+        return
+    if iparams[IPAR_SCALES] == 1:
+        _scales(LM, Ceq, Bdir, rho, scales[0], scales[1], scales[2], scales[3])
+    rho_e = scales[0, :nz]
+    rho_b = scales[1, :nb]
+    sc_e = scales[2, :nz]
+    sc_b = scales[3, :nb]
+    ce_idx = np.zeros((nz, nv), dtype=np.int64)
+    ce_nnz = np.zeros(nz, dtype=np.int64)
+    _sparse_rows(Ceq, ce_idx, ce_nnz)
+    cb_idx = np.zeros((nb, nv), dtype=np.int64)
+    cb_nnz = np.zeros(nb, dtype=np.int64)
+    _sparse_rows(Cbox, cb_idx, cb_nnz)
+    # nonzero columns of each row of J (shared by the rows of an elliptic contact)
+    jnz = np.zeros((nefc, nv), dtype=np.int64)
+    jnnz = np.zeros(nefc, dtype=np.int64)
+    i = 0
+    while i < nefc:
+        rows = cdim[i] if kind[i] == ROW_CONE else 1
+        cnt = 0
+        for k in range(nv):
+            nzk = False
+            for r in range(rows):
+                if J[i + r, k] != 0.0:
+                    nzk = True
+            if nzk:
+                jnz[i, cnt] = k
+                cnt += 1
+        for r in range(rows):
+            jnnz[i + r] = cnt
+            for p in range(cnt):
+                jnz[i + r, p] = jnz[i, p]
+        i += rows
+    # cost
+    Q = np.empty((nv, nv))
+    q = np.empty(nv)
+    c0 = _assemble_cost(M, mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, Q, q)
+    Ka2s = np.empty((m2, nv))
+    Kf2s = np.empty((m2, nefc))
+    e2s = np.empty(m2)
+    for r in range(m2):
+        sw = math.sqrt(wf[r])
+        for k in range(nv):
+            Ka2s[r, k] = sw * Ka2[r, k]
+        for i in range(nefc):
+            Kf2s[r, i] = sw * Kf2[r, i]
+        e2s[r] = sw * e2[r]
+    LMi = _lower_inverse(LM)
+    pb = Prob(M, LM, LMi, c, J, aref, D, R, floss, kind, cdim, cmu, cfric, jnz, jnnz,
+              Ceq, ce_idx, ce_nnz, Cbox, cb_idx, cb_nnz, lo, hi, rho_e, rho_b, sc_e, sc_b,
+              Q, q, Ka2s, Kf2s, e2s)
+    wk = _make_work(nv, nefc, nz, nb, m2)
+    ls = (np.zeros(nefc, dtype=np.int64), np.empty(nv), np.empty(nv), np.empty(nv), np.empty(nz),
+          np.empty(nz), np.empty(nb), np.empty(nb), np.empty(m2), np.empty(m2), np.empty(nefc),
+          np.empty(nv), np.empty(2 * nefc + 1), np.empty(2 * nefc + 1, dtype=np.int64),
+          np.empty(2 * nefc + 1, dtype=np.int64), np.zeros(nb, dtype=np.bool_),
+          np.zeros(nb, dtype=np.bool_))
+    dvec = np.empty(nv)
+    Jd = np.empty(nefc)
+    fact_state = np.full(nefc, -1, dtype=np.int64)
+    fact_bact = np.zeros(nb, dtype=np.int64)
+    have_factor = False
+
+    phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
+    if not (np.isfinite(phi) and np.all(np.isfinite(wk.grad))):
+        stats[ST_STATUS] = STATUS_NUMERICAL_ERROR
+        return
+
+    status = STATUS_CONVERGED
+    iters = 0
+    duals = 0
+    nfact = 0
+    events_total = 0
+    ls_evals = 0
+    gnorm = math.sqrt(_dot(wk.grad, wk.grad))
+    tol_grad = max(tol_grad0, params[PAR_TOL_GRAD] * math.sqrt(_dot(wk.g, wk.g)))
+    prev_kink = np.zeros(nefc, dtype=np.int64)
+    stall_rounds = 0
+    done = False
+    while not done:
+        # ---- inner Gauss-Newton iterations on the augmented Lagrangian
+        stalled = False
+        exact = False  # the last step landed on the exact minimizer of its piece / face
+        releases = 0
+        just_released = False
+        kink_gnorm = 0.0
+        probed = False
+        while True:
+            same = _same_pattern(wk, fact_state, fact_bact, have_factor)
+            for i in range(nefc):
+                if wk.kink[i] != prev_kink[i]:
+                    exact = False
+                    break
+            factored = 0
+            if not same:
+                if not _build_hessian(pb, wk):
+                    status = STATUS_NUMERICAL_ERROR
+                    done = True
+                    break
+                nfact += 1
+                factored = 1
+                have_factor = True
+                _save_pattern(wk, fact_state, fact_bact)
+            nk = wk.nk[0]
+            if nk == 0:
+                gnorm = math.sqrt(_dot(wk.grad, wk.grad))
+                if gnorm <= tol_grad or (same and exact):
+                    break
+                for k in range(nv):
+                    dvec[k] = -wk.grad[k]
+                chol_solve(wk.LH, dvec, dvec)
+                if math.sqrt(_dot(dvec, dvec)) <= 1e-14 * (1.0 + math.sqrt(_dot(a, a))):
+                    break  # roundoff floor
+            else:
+                kidx = _pinned(wk)
+                nu = np.empty(nk)
+                gnorm = _face_step(pb, wk, kidx, dvec, nu)
+                tiny = math.sqrt(_dot(dvec, dvec)) <= 1e-14 * (1.0 + math.sqrt(_dot(a, a)))
+                if gnorm <= tol_grad or (same and exact) or tiny:
+                    if releases > nefc or \
+                            not _release(pb, wk, kidx, nu, max(tol_grad, 10.0 * gnorm)):
+                        break  # no side of any pinned row descends: a kink local minimum
+                    releases += 1
+                    kink_gnorm = gnorm
+                    just_released = True
+                    exact = False
+                    phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
+                    continue
+            if iters >= max_iter:
+                status = STATUS_MAX_ITERATIONS
+                done = True
+                break
+            dphi0 = _dot(wk.grad, dvec)
+            if not dphi0 < 0.0:
+                stalled = True
+                break
+            _matvec(J, dvec, Jd)
+            for i in range(nefc):
+                prev_kink[i] = wk.kink[i]
+                if wk.kink[i] != 0:
+                    Jd[i] = 0.0
+            nev = 0
+            if exact_ls == 1:
+                alpha, nev = _linesearch_sweep(pb, wk, a, dvec, Jd, lam, mu_lo, mu_hi, ls)
+                events_total += nev
+                ls_evals += 1
+            else:
+                alpha, ne_ = _linesearch_1d(pb, a, dvec, Jd, dphi0, lam, mu_lo, mu_hi)
+                ls_evals += ne_
+                if alpha * math.sqrt(_dot(dvec, dvec)) <= 1e-12 * (1.0 + math.sqrt(_dot(a, a))) \
+                        and not probed:
+                    # blocked by a kink (e.g. an elliptic zone boundary): rebuild the Newton
+                    # step with the states the direction moves into, once
+                    probed = True
+                    _probe_states(pb, wk, a, dvec, Jd)
+                    continue
+            iters += 1
+            phi_old = phi
+            if alpha > 0.0:
+                for k in range(nv):
+                    a[k] += alpha * dvec[k]
+                phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
+            row = iters - 1
+            if row < log.shape[0]:
+                nact = 0
+                for i in range(nefc):
+                    if wk.state[i] != STATE_SATISFIED:
+                        nact += 1
+                log[row, LOG_OBJECTIVE] = phi + c0
+                log[row, LOG_GRAD] = math.sqrt(_dot(wk.grad, wk.grad))
+                log[row, LOG_STEP] = alpha * math.sqrt(_dot(dvec, dvec))
+                log[row, LOG_ALPHA] = alpha
+                log[row, LOG_EVENTS] = nev
+                log[row, LOG_NACTIVE] = nact
+                log[row, LOG_FACTORED] = factored
+                log[row, LOG_OUTER] = duals
+            if not alpha > 0.0:
+                if just_released:
+                    gnorm = kink_gnorm  # the released side does not descend either: kink minimum
+                else:
+                    stalled = True
+                break
+            just_released = False
+            probed = False
+            if not (np.isfinite(phi) and np.all(np.isfinite(wk.grad))):
+                status = STATUS_NUMERICAL_ERROR
+                done = True
+                break
+            exact = exact_ls == 1 and alpha == 1.0 and nev == 0
+            if (not exact) and phi >= phi_old and \
+                    alpha * math.sqrt(_dot(dvec, dvec)) <= 1e-13 * (1.0 + math.sqrt(_dot(a, a))):
+                stalled = True
+                break
+        if done:
+            break
+        fe, fb = _feasibility(pb, wk)
+        if fe <= tol_feas and fb <= tol_feas:
+            if stalled and gnorm > tol_grad:
+                status = STATUS_STALLED
+            break
+        if stalled:
+            stall_rounds += 1
+            if stall_rounds >= 2:
+                status = STATUS_STALLED  # multiplier updates cannot help a stuck inner solve
+                break
+        if duals >= max_dual:
+            status = STATUS_MAX_DUAL_UPDATES
+            break
+        # ---- multiplier update
+        updated = False
+        if newton_dual == 1:
+            if not _same_pattern(wk, fact_state, fact_bact, have_factor):
+                if not _build_hessian(pb, wk):
+                    status = STATUS_NUMERICAL_ERROR
+                    break
+                nfact += 1
+                have_factor = True
+                _save_pattern(wk, fact_state, fact_bact)
+            updated = _dual_newton(pb, wk, _pinned(wk), lam, mu_lo, mu_hi)
+        if not updated:
+            for e in range(nz):
+                lam[e] += rho_e[e] * wk.h[e]
+            for j in range(nb):
+                if np.isfinite(hi[j]):
+                    mu_hi[j] = max(0.0, mu_hi[j] + rho_b[j] * (wk.w[j] - hi[j]))
+                if np.isfinite(lo[j]):
+                    mu_lo[j] = max(0.0, mu_lo[j] + rho_b[j] * (lo[j] - wk.w[j]))
+        duals += 1
+        phi = _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell)
+
+    fe, fb = _feasibility(pb, wk)
+    for k in range(nv):
+        out_g[k] = wk.g[k]
+    for i in range(nefc):
+        out_f[i] = wk.f[i]
+        out_state[i] = wk.state[i]
+    # controls
+    clamped = 0
+    _matvec(Bpinv, wk.g, out_w)
+    for j in range(out_w.shape[0]):
+        u = (out_w[j] - bias[j]) / gain[j]
+        uc = min(max(u, ctrl_lo[j]), ctrl_hi[j])
+        if abs(uc - u) > 1e-12 * (1.0 + abs(u)):
+            clamped += 1
+        out_ctrl[j] = uc
+    stats[ST_STATUS] = status
+    stats[ST_ITER] = iters
+    stats[ST_DUAL] = duals
+    stats[ST_FACT] = nfact
+    stats[ST_GRAD] = gnorm
+    stats[ST_FEAS_EQ] = fe
+    stats[ST_FEAS_BOX] = fb
+    stats[ST_OBJECTIVE] = phi + c0
+    stats[ST_COST] = ell + c0
+    stats[ST_EVENTS] = events_total
+    stats[ST_LS_EVALS] = ls_evals
+    stats[ST_CLAMPED] = clamped

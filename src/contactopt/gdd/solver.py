@@ -1,0 +1,539 @@
+"""Goal-directed dynamics solver (Todorov, *Goal directed dynamics*, inverse formulation eq. 8).
+
+Given a state (q, v) and a cost ℓ(a) over accelerations, find::
+
+    a* = argmin_a  ½ g(a)ᵀ M⁻¹ g(a) + ℓ(a)
+         s.t.      Zᵀ g(a) = 0                  (no force on unactuated directions, g_z = 0)
+                   lo ≤ B⁺ g(a) ≤ hi            (actuator forces within their limits)
+
+where ``g(a) = M a + c − Jᵀ f(J a − aref)`` is MuJoCo's inverse dynamics with
+its soft constraints (contacts, joint limits, friction loss, equalities), read
+from ONE MuJoCo evaluation of the state and iterated on in compiled code
+(:mod:`contactopt.gdd._kernels`):
+
+* Gauss-Newton with ``P = ∂g/∂a = M + JᵀH[s]J`` (eq. 15) and Hessian
+  ``P R P + H[ℓ]`` (eq. 18), ``R = M⁻¹``; exact inside each piece where the
+  constraint states are fixed, so the factorization is reused while they stay;
+* exact line search: with pyramidal cones the objective is piecewise quadratic
+  along a line, and the search walks its breakpoints; elliptic cones use a
+  safeguarded 1-D Newton/bisection search on the directional derivative;
+* augmented-Lagrangian multiplier updates for ``Zᵀg = 0`` and the box, warm
+  started from the previous solve.
+
+Then the control ``ctrl = (B⁺g − bias)/gain`` is clamped to its limits, written to
+``data.ctrl``, and MuJoCo's forward dynamics run warm-started from the
+goal-directed acceleration (``data.qacc_warmstart``); the *physics violation*
+``‖a_gdd − a_forward‖₂`` measures how physical the solution was.
+
+Typical use (see :func:`gdd_step`)::
+
+    solver = GDDSolver(model)
+    cost = Cost(EndEffectorAcceleration(model, site="right_hand", target=SpringDamper(goal)),
+                Damping(alpha=0.1, beta=10.0))
+    for _ in range(200):
+        result = gdd_step(model, data, cost, solver)
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field, replace
+
+import mujoco
+import numpy as np
+
+from ..errors import NonFiniteError, ParameterError, as_array, check_positive
+from ..simulate import SimulationError
+from . import _kernels as K
+from .costs import Cost, CostTerm
+from .problem import ActuationModel, DataViews, GDDProblem
+
+__all__ = [
+    "Status",
+    "LineSearch",
+    "DualUpdate",
+    "GDDSettings",
+    "IterationLog",
+    "GDDResult",
+    "GDDSolver",
+    "gdd_step",
+]
+
+
+class Status(enum.IntEnum):
+    """Outcome of one goal-directed solve."""
+
+    CONVERGED = K.STATUS_CONVERGED
+    """Gradient below tolerance and constraints satisfied to tolerance."""
+    MAX_ITERATIONS = K.STATUS_MAX_ITERATIONS
+    """The Gauss-Newton iteration limit was reached."""
+    MAX_DUAL_UPDATES = K.STATUS_MAX_DUAL_UPDATES
+    """Constraints still violated after the allowed multiplier updates."""
+    STALLED = K.STATUS_STALLED
+    """The line search could not decrease the objective (roundoff floor) with the gradient above tolerance."""
+    NUMERICAL_ERROR = K.STATUS_NUMERICAL_ERROR
+    """A non-finite value or a failed factorization; the result must not be used."""
+
+
+class DualUpdate(enum.Enum):
+    """Augmented-Lagrangian multiplier update."""
+
+    NEWTON = "newton"
+    """Second order: ``ν += (C H⁻¹ Cᵀ)⁻¹ t`` — in the current piece the next inner
+    solve then lands on the constraints (falls back to first order if singular)."""
+    FIRST_ORDER = "first_order"
+    """The classical ``λ += ρ h``, ``μ± = max(0, μ± + ρ t±)``."""
+
+
+class LineSearch(enum.Enum):
+    """Line-search method."""
+
+    AUTO = "auto"
+    """Exact piecewise-quadratic sweep with pyramidal cones, 1-D search with elliptic ones."""
+    EXACT = "exact"
+    """Force the breakpoint sweep (falls back to 1-D search if elliptic cones are present)."""
+    NEWTON_1D = "newton1d"
+    """Safeguarded 1-D Newton/bisection on the directional derivative (any cone)."""
+
+
+@dataclass(frozen=True)
+class GDDSettings:
+    """Settings of :class:`GDDSolver` (validated on construction).
+
+    Attributes:
+      max_iterations: Gauss-Newton iterations per solve, all multiplier updates included (≥ 1).
+      max_dual_updates: augmented-Lagrangian multiplier updates per solve (≥ 0).
+      penalty: dimensionless penalty ρ; the penalty of constraint row k is
+        ``ρ · n_kᵀ M⁻¹ n_k`` (n_k its generalized-force direction), so ρ is relative
+        to the ``M⁻¹``-weighted force regularizer (> 0).  Larger values need fewer
+        multiplier updates but amplify roundoff in the gradient (≈ ρ·ε·‖g‖·‖P‖).
+      tol_gradient: stop the inner iterations when ``‖∇L‖₂ ≤ tol_gradient · max(1, ‖c‖₂, ‖g(a₀)‖₂)``
+        (∇L is a generalized force in N; ``c`` is gravity + bias force, ``g(a₀)`` the force at
+        the initial guess) (> 0).
+      tol_feasibility: constraint violation accepted, in acceleration units
+        ``‖M⁻¹ n_k‖ · |violation_k|`` (m/s²) (> 0).
+      line_search: :class:`LineSearch`.
+      dual_update: :class:`DualUpdate`.
+      warm_start: start from the previous solution and multipliers of this solver.
+    """
+
+    max_iterations: int = 50
+    max_dual_updates: int = 10
+    penalty: float = 100.0
+    tol_gradient: float = 1e-10
+    tol_feasibility: float = 1e-10
+    line_search: LineSearch = LineSearch.AUTO
+    dual_update: "DualUpdate" = None
+    warm_start: bool = True
+
+    def __post_init__(self):
+        if not (isinstance(self.max_iterations, (int, np.integer)) and self.max_iterations >= 1):
+            raise ParameterError(f"max_iterations must be an integer >= 1, got {self.max_iterations!r}")
+        if not (isinstance(self.max_dual_updates, (int, np.integer)) and self.max_dual_updates >= 0):
+            raise ParameterError(f"max_dual_updates must be an integer >= 0, got {self.max_dual_updates!r}")
+        check_positive("penalty", self.penalty)
+        check_positive("tol_gradient", self.tol_gradient)
+        check_positive("tol_feasibility", self.tol_feasibility)
+        for name, enum_cls, default in (("line_search", LineSearch, LineSearch.AUTO),
+                                        ("dual_update", DualUpdate, DualUpdate.NEWTON)):
+            value = getattr(self, name)
+            if value is None:
+                value = default
+            if not isinstance(value, enum_cls):
+                try:
+                    value = enum_cls(value)
+                except ValueError:
+                    raise ParameterError(
+                        f"{name} must be one of {[m.value for m in enum_cls]}, got {value!r}"
+                    ) from None
+            object.__setattr__(self, name, value)
+
+
+@dataclass(frozen=True)
+class IterationLog:
+    """One Gauss-Newton iteration.
+
+    objective: augmented Lagrangian after the step; gradient_norm: ‖∇L‖₂ (N);
+    step_norm: ‖α d‖₂ (m/s²); alpha: line-search step; breakpoints: breakpoints
+    crossed by the exact line search; active_rows: constraint rows not satisfied;
+    factored: whether the Hessian was rebuilt; dual_round: multiplier updates before it.
+    """
+
+    objective: float
+    gradient_norm: float
+    step_norm: float
+    alpha: float
+    breakpoints: int
+    active_rows: int
+    factored: bool
+    dual_round: int
+
+
+@dataclass
+class GDDResult:
+    """Result of one goal-directed solve (and, after :meth:`GDDSolver.forward`, of the forward check).
+
+    Attributes:
+      qacc: ``(nv,)`` goal-directed acceleration a_gdd.
+      ctrl: ``(nu,)`` control for every actuator (controllable ones from the
+        solution, clamped to their limits; the others copied from ``data.ctrl``).
+      actuator_force: ``(nc,)`` forces ``w = B⁺ g`` of the controllable actuators before clamping.
+      qfrc: ``(nv,)`` ``g(a_gdd)``, the generalized force the actuators must produce.
+      Zt: ``(nz, nv)`` basis of the unactuated directions (see :attr:`unactuated_force`).
+      efc_force: ``(nefc,)`` constraint forces ``f(a_gdd)``.
+      efc_state: ``(nefc,)`` constraint states (``mjtConstraintState`` numbers).
+      status: :class:`Status`.
+      iterations, dual_updates, factorizations: counts.
+      residual_gradient: ``‖∇L‖₂`` at the solution (N).
+      feasibility_equality, feasibility_box: constraint violations in m/s² (see settings).
+      objective: augmented Lagrangian value at the solution; cost: ℓ(a_gdd).
+      nefc, ncon: constraint rows and contacts at this state.
+      clamped: number of controls changed by clamping.
+      breakpoints: line-search breakpoints crossed (all iterations).
+      physics_violation: ``‖a_gdd − a_forward‖₂`` (m/s²), None until the forward check ran.
+      qacc_forward: ``(nv,)`` forward acceleration with the applied control, or None.
+      solve_time: seconds spent in :meth:`GDDSolver.solve` (building + kernel + post-processing).
+      log: per-iteration :class:`IterationLog` records.
+    """
+
+    qacc: np.ndarray
+    ctrl: np.ndarray
+    actuator_force: np.ndarray
+    qfrc: np.ndarray
+    Zt: np.ndarray = field(repr=False)
+    efc_force: np.ndarray
+    efc_state: np.ndarray
+    status: Status
+    iterations: int
+    dual_updates: int
+    factorizations: int
+    residual_gradient: float
+    feasibility_equality: float
+    feasibility_box: float
+    objective: float
+    cost: float
+    nefc: int
+    ncon: int
+    clamped: int
+    breakpoints: int = 0
+    physics_violation: float | None = None
+    qacc_forward: np.ndarray | None = None
+    solve_time: float = 0.0
+    log_array: np.ndarray = field(default_factory=lambda: np.zeros((0, K.LOG_NCOL)), repr=False)
+
+    @property
+    def converged(self) -> bool:
+        """True when the status is :attr:`Status.CONVERGED`."""
+        return self.status == Status.CONVERGED
+
+    @property
+    def unactuated_force(self) -> np.ndarray:
+        """``(nz,)`` ``Zᵀ g``: force on the unactuated directions (≈ 0 at convergence; N or N·m)."""
+        return self.Zt @ self.qfrc
+
+    @property
+    def log(self) -> tuple[IterationLog, ...]:
+        """Per-iteration records (built on access)."""
+        return tuple(
+            IterationLog(float(r[K.LOG_OBJECTIVE]), float(r[K.LOG_GRAD]), float(r[K.LOG_STEP]),
+                         float(r[K.LOG_ALPHA]), int(r[K.LOG_EVENTS]), int(r[K.LOG_NACTIVE]),
+                         bool(r[K.LOG_FACTORED]), int(r[K.LOG_OUTER]))
+            for r in self.log_array
+        )
+
+    def summary(self) -> dict:
+        """JSON-ready statistics."""
+        return {
+            "status": self.status.name,
+            "iterations": int(self.iterations),
+            "dual_updates": int(self.dual_updates),
+            "factorizations": int(self.factorizations),
+            "residual_gradient": float(self.residual_gradient),
+            "feasibility_equality": float(self.feasibility_equality),
+            "feasibility_box": float(self.feasibility_box),
+            "physics_violation": None if self.physics_violation is None else float(self.physics_violation),
+            "nefc": int(self.nefc),
+            "ncon": int(self.ncon),
+            "clamped": int(self.clamped),
+            "objective": float(self.objective),
+            "cost": float(self.cost),
+            "solve_time": float(self.solve_time),
+        }
+
+
+class GDDSolver:
+    """Goal-directed dynamics solver for one model (workspace: actuation cache and warm start).
+
+    Args:
+      model: the MuJoCo model (needs at least one controllable actuator).
+      settings: :class:`GDDSettings` (defaults if None); keyword overrides
+        (``GDDSolver(model, max_iterations=20)``) are applied on top.
+
+    A solver holds reusable buffers and the warm start: use one solver per
+    simulation (and per thread).
+
+    Raises:
+      ParameterError: no actuators / no controllable actuator, bad settings.
+    """
+
+    #: recompute the penalty and violation scales (which use M⁻¹) every this many solves
+    SCALE_INTERVAL = 25
+
+    def __init__(self, model: mujoco.MjModel, settings: GDDSettings | None = None, **overrides):
+        self.model = model
+        settings = settings or GDDSettings()
+        if overrides:
+            try:
+                settings = replace(settings, **overrides)
+            except TypeError as exc:
+                raise ParameterError(str(exc)) from None
+        self.settings = settings
+        self.actuation = ActuationModel(model)
+        self._params = np.zeros(K.PAR_NPAR)
+        self._iparams = np.zeros(K.IPAR_NIPAR, dtype=np.int64)
+        self._log = np.zeros((settings.max_iterations, K.LOG_NCOL))
+        self._stats = np.zeros(K.ST_NSTAT)
+        self._scales = np.zeros((4, 0))
+        self._since_scales = 0
+        self._views = None
+        self._entry = None
+        self._all_controllable = bool(np.array_equal(self.actuation.controllable, np.arange(model.nu)))
+        s = self.settings
+        self._params[K.PAR_PENALTY] = s.penalty
+        self._params[K.PAR_TOL_GRAD] = s.tol_gradient
+        self._params[K.PAR_TOL_FEAS] = s.tol_feasibility
+        self._iparams[K.IPAR_MAX_ITER] = s.max_iterations
+        self._iparams[K.IPAR_MAX_DUAL] = s.max_dual_updates
+        self._iparams[K.IPAR_EXACT_LS] = 0 if s.line_search == LineSearch.NEWTON_1D else 1
+        self._iparams[K.IPAR_NEWTON_DUAL] = 1 if s.dual_update == DualUpdate.NEWTON else 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the warm start (previous acceleration and multipliers)."""
+        self._qacc = None
+        self._lam = None
+        self._mu_lo = np.zeros(0)
+        self._mu_hi = np.zeros(0)
+        self._since_scales = self.SCALE_INTERVAL
+
+    # ------------------------------------------------------------------ solve
+
+    def problem(self, data: mujoco.MjData, *, compute_stages: bool = True, copy: bool = True
+                ) -> GDDProblem:
+        """The :class:`GDDProblem` of ``data``'s state (runs the position/velocity stages if asked).
+
+        With ``copy=False`` the problem shares buffers with this solver and views of
+        ``data``: it is valid until ``data`` changes or the next solve.
+        """
+        if compute_stages:
+            mujoco.mj_fwdPosition(self.model, data)
+            mujoco.mj_fwdVelocity(self.model, data)
+        views = self._views
+        if views is None or views.data is not data:
+            views = self._views = DataViews(self.model, data)
+        return GDDProblem(self.model, data, self.actuation, copy=copy, views=views)
+
+    def solve(self, data: mujoco.MjData, cost: Cost | CostTerm, *, compute_stages: bool = True,
+              initial_qacc=None, problem: GDDProblem | None = None) -> GDDResult:
+        """Solve goal-directed dynamics at ``data``'s state (q, v, time).
+
+        Args:
+          data: the state.  With ``compute_stages`` its position and velocity stages
+            are computed here (``mj_fwdPosition`` + ``mj_fwdVelocity``: the one MuJoCo
+            evaluation of the state); otherwise they must be current (after
+            ``mj_step1`` or ``mj_forward``).  ``data`` is not otherwise modified.
+          cost: a :class:`~contactopt.gdd.costs.Cost` or a single term.
+          initial_qacc: ``(nv,)`` initial guess; default: the previous solution when
+            warm starting, else ``data.qacc``.
+          problem: an already built :class:`GDDProblem` of this state.
+
+        Returns:
+          :class:`GDDResult` (controls clamped but not applied; see :meth:`apply`).
+
+        Raises:
+          NonFiniteError: the state or a cost term is not finite (the term is named).
+          ParameterError: a bad cost argument.
+        """
+        t0 = time.perf_counter()
+        if not isinstance(cost, Cost):
+            if isinstance(cost, CostTerm):
+                cost = Cost(cost)
+            else:
+                raise ParameterError(f"cost must be a Cost or a CostTerm, got {type(cost).__name__}")
+        if problem is None:
+            problem = self.problem(data, compute_stages=compute_stages, copy=False)
+        ca = cost.arrays(problem)
+        nv = self.model.nv
+        s = self.settings
+        act = problem.actuation
+        if initial_qacc is not None:
+            a = as_array("initial_qacc", initial_qacc, (nv,)).copy()
+        elif s.warm_start and self._qacc is not None:
+            a = self._qacc.copy()
+        else:
+            a = np.array(data.qacc, dtype=float)
+            if not np.isfinite(a).all():
+                a[:] = 0.0
+        nz = act.Zt.shape[0]
+        nb = act.box.size
+        lam = self._lam
+        if not s.warm_start or lam is None or lam.size != nz or self._mu_lo.size != nb:
+            lam, self._mu_lo, self._mu_hi = np.zeros(nz), np.zeros(nb), np.zeros(nb)
+        ip = self._iparams
+        width = max(nz, nb)
+        if self._scales.shape[1] != width or self._since_scales >= self.SCALE_INTERVAL:
+            if self._scales.shape[1] != width:
+                self._scales = np.zeros((4, width))
+            ip[K.IPAR_SCALES] = 1
+            self._since_scales = 0
+        else:
+            ip[K.IPAR_SCALES] = 0
+            self._since_scales += 1
+        nefc = problem.nefc
+        nc = act.gain.size
+        g = np.empty(nv)
+        f = np.empty(nefc)
+        state = np.empty(nefc, dtype=np.int64)
+        w = np.empty(nc)
+        u = np.empty(nc)
+        stats = self._stats
+        log = self._log
+        args = (problem.M, problem.c, problem.J, problem.aref, problem.D, problem.R,
+                problem.floss, problem.efc_type, problem.efc_id, problem.con_dim,
+                problem.con_mu, problem.con_fric, problem.con_adr,
+                act.Zt, act.Cbox, act.Bdir, act.lo, act.hi, self._scales,
+                ca.mass_w, ca.mass_t, ca.diag_w, ca.diag_m, ca.diag_t, ca.Ka1, ca.e1, ca.wa,
+                ca.Ka2, ca.Kf2, ca.e2, ca.wf,
+                act.Bpinv, act.gain, act.bias, act.ctrl_lo, act.ctrl_hi,
+                a, lam, self._mu_lo, self._mu_hi, self._params, ip, g, f, state, w, u,
+                stats, log)
+        if self._entry is None:
+            K.gdd_solve(*args)  # type-checked call (compiles on first use)
+            self._entry = _kernel_entry(args)
+        else:
+            self._entry(*args)
+        status = _STATUS[int(stats[K.ST_STATUS])]
+        if status is Status.NUMERICAL_ERROR:
+            self.reset()
+            self._diagnose_nonfinite(data, problem, ca)
+        if self._all_controllable:
+            ctrl = u
+        else:
+            ctrl = data.ctrl.copy()
+            ctrl[self.actuation.controllable] = u
+        if status is not Status.NUMERICAL_ERROR:
+            self._qacc = a.copy()
+            self._lam = lam
+        iters = int(stats[K.ST_ITER])
+        return GDDResult(
+            a, ctrl, w, g, act.Zt, f, state, status, iters, int(stats[K.ST_DUAL]),
+            int(stats[K.ST_FACT]), stats[K.ST_GRAD], stats[K.ST_FEAS_EQ], stats[K.ST_FEAS_BOX],
+            stats[K.ST_OBJECTIVE], stats[K.ST_COST], nefc, data.ncon, int(stats[K.ST_CLAMPED]),
+            int(stats[K.ST_EVENTS]), None, None, time.perf_counter() - t0,
+            log[:min(iters, log.shape[0])].copy(),
+        )
+
+    @staticmethod
+    def _diagnose_nonfinite(data, problem, ca):
+        """Raise a clear :class:`NonFiniteError` for the usual causes of a numerical failure."""
+        bad = ca.first_nonfinite()
+        if bad is not None:
+            raise NonFiniteError(f"cost term {bad} is not finite at this state")
+        if not (np.isfinite(data.qpos).all() and np.isfinite(data.qvel).all()):
+            raise NonFiniteError("state (qpos/qvel) is not finite")
+        if not (np.isfinite(problem.M).all() and np.isfinite(problem.c).all()):
+            raise NonFiniteError("the state's dynamics (inertia or bias force) are not finite")
+
+    # ------------------------------------------------------------------ apply / forward
+
+    def apply(self, data: mujoco.MjData, result: GDDResult) -> None:
+        """Write the result's control to ``data.ctrl`` and its acceleration to ``qacc_warmstart``.
+
+        Raises:
+          SimulationError: the result is a numerical failure or its control is not
+            finite; ``data`` is left untouched.
+        """
+        if result.status == Status.NUMERICAL_ERROR or not np.isfinite(result.ctrl).all():
+            raise SimulationError(
+                f"goal-directed solve failed ({result.status.name}); refusing to apply a non-finite control"
+            )
+        data.ctrl[:] = result.ctrl
+        data.qacc_warmstart[:] = result.qacc
+
+    def forward(self, data: mujoco.MjData, result: GDDResult) -> GDDResult:
+        """Apply the result and run forward dynamics from the velocity stage, warm-started.
+
+        Sets ``result.qacc_forward`` and ``result.physics_violation =
+        ‖a_gdd − a_forward‖₂``.  ``data`` must still hold the position and velocity
+        stages of the solved state.
+        """
+        self.apply(data, result)
+        mujoco.mj_forwardSkip(self.model, data, int(mujoco.mjtStage.mjSTAGE_VEL), 1)
+        result.qacc_forward = data.qacc.copy()
+        result.physics_violation = float(np.linalg.norm(result.qacc - result.qacc_forward))
+        return result
+
+
+_STATUS = {int(st): st for st in Status}
+
+def _kernel_entry(args):
+    """The compiled entry point of :func:`_kernels.gdd_solve` for these argument types.
+
+    Calling through numba's dispatcher type-checks the ~50 arguments on every call
+    (several µs).  Their types never change for a solver (every array is made by
+    this package with a fixed dtype and C layout), so the solver checks them once,
+    here, and then calls the entry point directly.  Falls back to the dispatcher
+    if numba's internals differ.
+    """
+    try:
+        import numba
+
+        sig = tuple(numba.typeof(a) for a in args)
+        return K.gdd_solve.overloads[sig].entry_point
+    except Exception:  # pragma: no cover - numba internals changed
+        return K.gdd_solve
+
+
+def gdd_step(model: mujoco.MjModel, data: mujoco.MjData, cost: Cost | CostTerm,
+             solver: GDDSolver | None = None) -> GDDResult:
+    """One step of goal-directed simulation: solve, clamp, apply the control, ``mj_step``.
+
+    Uses MuJoCo's split step: ``mj_step1`` (position and velocity stages — the one
+    evaluation the solver reads), the solve, then ``mj_step2`` with ``data.ctrl``
+    set and the forward solver warm-started from the goal-directed acceleration.
+    ``result.physics_violation`` compares a_gdd with the forward acceleration of
+    that step.  MuJoCo's split step integrates with Euler or the implicit
+    integrators (``mj_step2`` does not support RK4, which then falls back to Euler).
+
+    Args:
+      model, data: the simulation (``data`` is advanced by one time step).
+      cost: the cost over accelerations.
+      solver: a :class:`GDDSolver` for ``model`` (keeps the warm start between
+        steps); a new one is made if None.
+
+    Returns:
+      :class:`GDDResult` of the step.
+
+    Raises:
+      SimulationError: the solve failed numerically or produced a non-finite
+        control; the step is NOT taken (``data`` holds the stages of the unchanged state).
+      NonFiniteError: the state or the cost is not finite; the step is NOT taken.
+    """
+    if solver is None:
+        solver = GDDSolver(model)
+    elif solver.model is not model:
+        if solver.model.nv != model.nv or solver.model.nu != model.nu:
+            raise ParameterError("solver was made for a different model")
+    if not (np.isfinite(data.qpos).all() and np.isfinite(data.qvel).all()):
+        # checked here: mj_step1 would silently reset a non-finite state
+        raise NonFiniteError("state (qpos/qvel) is not finite; not stepping")
+    mujoco.mj_step1(model, data)
+    result = solver.solve(data, cost, compute_stages=False)
+    solver.apply(data, result)
+    mujoco.mj_step2(model, data)
+    result.qacc_forward = data.qacc.copy()
+    result.physics_violation = float(np.linalg.norm(result.qacc - result.qacc_forward))
+    if not (np.all(np.isfinite(data.qpos)) and np.all(np.isfinite(data.qvel))):
+        raise SimulationError("the simulation diverged (non-finite state after the step)")
+    return result

@@ -1,0 +1,605 @@
+"""Goal-directed dynamics: inverse constraint force, solver, cost terms, stepping helper."""
+
+from __future__ import annotations
+
+import json
+
+import mujoco
+import numpy as np
+import pytest
+
+import contactopt
+from contactopt.errors import NonFiniteError, ParameterError
+from contactopt.gdd import (
+    AccelerationTarget,
+    CenterOfMassAcceleration,
+    CenterOfPressure,
+    ContactForce,
+    Cost,
+    Damping,
+    EndEffectorAcceleration,
+    GDDSettings,
+    GDDSolver,
+    MinimumJerk,
+    SpringDamper,
+    Status,
+    gdd_step,
+)
+from contactopt.gdd import _kernels as K
+from contactopt.simulate import SimulationError
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def humanoid_standing(cone="pyramidal"):
+    """Humanoid standing on the floor (pelvis lowered 3 mm so both feet touch)."""
+    m = contactopt.load_model("humanoid")
+    if cone == "elliptic":
+        m.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
+    d = mujoco.MjData(m)
+    contactopt.reset_to_keyframe(m, d, "home")
+    d.qpos[2] -= 0.003
+    mujoco.mj_forward(m, d)
+    return m, d
+
+
+def hand_holding_ball(cone="pyramidal"):
+    """Hand with the fingertips and palm in contact with the ball (fingers closed by 0.15 s of torque)."""
+    m = contactopt.load_model("hand")
+    if cone == "elliptic":
+        m.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
+    d = mujoco.MjData(m)
+    contactopt.reset_to_keyframe(m, d, "home")
+    names = [mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, i) for i in range(m.nu)]
+    d.ctrl[:] = [0.0 if "abd" in n else 0.25 for n in names]
+    d.ctrl[names.index("thumb_rot")] = 0.2
+    for _ in range(150):
+        mujoco.mj_step(m, d)
+    mujoco.mj_forward(m, d)
+    return m, d
+
+
+def posture_policy(model, qref, kp=50.0, kd=10.0):
+    """External acceleration policy: PD toward ``qref`` on the configuration manifold."""
+    dq = np.zeros(model.nv)
+
+    def policy(problem):
+        mujoco.mj_differentiatePos(model, dq, 1.0, problem.data.qpos, qref)
+        return kp * dq - kd * problem.data.qvel
+
+    return policy
+
+
+def reach_cost(m, d, site="right_hand", offset=(0.3, -0.1, 0.35), w_ee=200.0, w_post=30.0):
+    sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, site)
+    goal = d.site_xpos[sid] + np.asarray(offset)
+    ee = EndEffectorAcceleration(m, site=site, weight=w_ee,
+                                 target=SpringDamper(goal, stiffness=40.0, max_acceleration=10.0))
+    cost = Cost(ee, AccelerationTarget(m, posture_policy(m, d.qpos.copy()), weight=w_post),
+                Damping(0.1, 5.0))
+    return cost, goal, sid
+
+
+def cold_forward(m, d, ctrl):
+    """Forward acceleration for ``ctrl`` with a cold start and a tight solver tolerance."""
+    m2 = contactopt.load_model(m)
+    m2.opt.tolerance = 1e-15
+    m2.opt.iterations = 500
+    m2.opt.ls_tolerance = 1e-6
+    m2.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_WARMSTART
+    d2 = mujoco.MjData(m2)
+    d2.qpos[:] = d.qpos
+    d2.qvel[:] = d.qvel
+    d2.time = d.time
+    d2.ctrl[:] = ctrl
+    mujoco.mj_forward(m2, d2)
+    return d2.qacc.copy()
+
+
+def inverse_residual(m, d, qacc, ctrl):
+    """``‖qfrc_inverse(qacc) − qfrc_actuator(ctrl)‖``: the physics residual of (qacc, ctrl)."""
+    d2 = mujoco.MjData(m)
+    d2.qpos[:] = d.qpos
+    d2.qvel[:] = d.qvel
+    d2.ctrl[:] = ctrl
+    mujoco.mj_forward(m, d2)
+    qfrc_act = d2.qfrc_actuator.copy()
+    d2.qacc[:] = qacc
+    mujoco.mj_inverse(m, d2)
+    return float(np.linalg.norm(d2.qfrc_inverse - qfrc_act))
+
+
+ARM_XML = """
+<mujoco model="arm">
+  <option timestep="0.002" gravity="0 0 -9.81"/>
+  <worldbody>
+    <body name="l1" pos="0 0 1">
+      <joint name="j1" type="hinge" axis="0 0 1" damping="0.2"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.04" contype="0" conaffinity="0"/>
+      <body name="l2" pos="0.3 0 0">
+        <joint name="j2" type="hinge" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 0.25 0 0" size="0.03" contype="0" conaffinity="0"/>
+        <body name="l3" pos="0.25 0 0">
+          <joint name="j3" type="hinge" axis="0 1 0"/>
+          <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.025" contype="0" conaffinity="0"/>
+          <site name="tip" pos="0.2 0 0"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor joint="j1" gear="2"/>
+    <motor joint="j2" gear="3"/>
+    <motor joint="j3"/>
+  </actuator>
+</mujoco>
+"""
+
+
+# --------------------------------------------------------------------------- inverse constraint force
+
+
+@pytest.mark.parametrize("make", [humanoid_standing, hand_holding_ball])
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_constraint_force_matches_mj_inverse(make, cone, rng):
+    m, d = make(cone)
+    solver = GDDSolver(m)
+    problem = solver.problem(d)
+    assert problem.nefc > 0
+    states_seen = set()
+    for scale in (0.3, 3.0, 30.0):
+        for _ in range(8):
+            a = d.qacc + rng.normal(scale=scale, size=m.nv)
+            d.qacc[:] = a
+            mujoco.mj_inverse(m, d)
+            f = problem.constraint_force(a)
+            g = problem.inverse_dynamics(a)
+            fscale = 1.0 + np.abs(d.efc_force).max()
+            gscale = 1.0 + np.abs(d.qfrc_inverse).max()
+            assert np.abs(f - d.efc_force).max() <= 1e-10 * fscale
+            assert np.abs(g - d.qfrc_inverse).max() <= 1e-10 * gscale
+            states_seen.update(d.efc_state.tolist())
+    # the random accelerations exercise both sides of the one-sided rows (and the cone zone)
+    assert {int(mujoco.mjtConstraintState.mjCNSTRSTATE_SATISFIED),
+            int(mujoco.mjtConstraintState.mjCNSTRSTATE_QUADRATIC)} <= states_seen
+    if cone == "elliptic":
+        assert int(mujoco.mjtConstraintState.mjCNSTRSTATE_CONE) in states_seen
+
+
+def test_constraint_force_jacobian_matches_finite_differences(rng):
+    m, d = hand_holding_ball()
+    problem = GDDSolver(m).problem(d)
+    a = d.qacc + rng.normal(scale=0.5, size=m.nv)
+    f, dfda = problem.constraint_force(a, jacobian=True)
+    eps = 1e-7
+    fd = np.empty_like(dfda)
+    for k in range(m.nv):
+        e = np.zeros(m.nv)
+        e[k] = eps
+        fd[:, k] = (problem.constraint_force(a + e) - problem.constraint_force(a - e)) / (2 * eps)
+    assert np.allclose(dfda, fd, rtol=1e-6, atol=1e-6 * np.abs(dfda).max())
+
+
+# --------------------------------------------------------------------------- closed form
+
+
+@pytest.mark.parametrize("moving", [False, True])
+def test_fully_actuated_end_effector_closed_form_eq12(moving, rng):
+    """No constraints, full actuation: a = (M + JᵀJ)⁻¹(Jᵀ(a* − J̇v) − c) (GDD eq. 12)."""
+    m = mujoco.MjModel.from_xml_string(ARM_XML)
+    d = mujoco.MjData(m)
+    d.qpos[:] = [0.3, -0.4, 0.8]
+    if moving:
+        d.qvel[:] = rng.normal(size=m.nv)
+    mujoco.mj_forward(m, d)
+    assert d.nefc == 0
+    a_star = np.array([0.5, -1.0, 2.0])
+    ee = EndEffectorAcceleration(m, site="tip", target=a_star, weight=1.0)
+    solver = GDDSolver(m)
+    res = solver.solve(d, Cost(ee))
+    assert res.status == Status.CONVERGED
+    problem = solver.problem(d)
+    M, c = problem.M, problem.c
+    jac = np.zeros((3, m.nv))
+    mujoco.mj_jacSite(m, d, jac, None, ee.site_id)
+    jdv = ee.bias_acceleration(problem)
+    expected = np.linalg.solve(M + jac.T @ jac, jac.T @ (a_star - jdv) - c)
+    assert np.allclose(res.qacc, expected, rtol=1e-10, atol=1e-10)
+    assert res.iterations <= 2
+    # the control reproduces the acceleration through MuJoCo's forward dynamics
+    solver.forward(d, res)
+    assert res.physics_violation <= 1e-10
+
+
+# --------------------------------------------------------------------------- solution quality
+
+
+def test_standing_humanoid_reach_is_physical_and_stationary():
+    m, d = humanoid_standing()
+    cost, goal, sid = reach_cost(m, d)
+    solver = GDDSolver(m)
+    res = solver.solve(d, cost)
+    assert res.status == Status.CONVERGED
+    assert res.nefc > 0 and res.ncon >= 2
+    assert res.residual_gradient <= 1e-6
+    # no force on the unactuated (root) directions
+    assert np.abs(res.unactuated_force).max() <= 1e-8
+    # physics: the clamped control reproduces a_gdd through MuJoCo's forward dynamics
+    solver.forward(d, res)
+    assert res.physics_violation <= 1e-8
+    a_cold = cold_forward(m, d, res.ctrl)
+    assert np.linalg.norm(a_cold - res.qacc) <= 1e-8
+    assert inverse_residual(m, d, res.qacc, res.ctrl) <= 1e-7
+    # stationarity (KKT) checked independently of the solver's multipliers:
+    # ∇[½gᵀM⁻¹g + ℓ](a*) must lie in the span of Pᵀ Z (the unactuated directions)
+    problem = solver.problem(d)
+    a = res.qacc
+    jar = problem.J @ a - problem.aref
+    assert np.abs(jar).min() > 1e-6  # smooth neighbourhood for finite differences
+
+    def objective(x):
+        g = problem.inverse_dynamics(x)
+        return 0.5 * g @ np.linalg.solve(problem.M, g) + cost.evaluate(problem, x)[0]
+
+    eps = 1e-6
+    grad = np.array([(objective(a + eps * e) - objective(a - eps * e)) / (2 * eps)
+                     for e in np.eye(m.nv)])
+    _, dfda = problem.constraint_force(a, jacobian=True)
+    P = problem.M - problem.J.T @ dfda
+    basis = P.T @ problem.actuation.Zt.T
+    coef, *_ = np.linalg.lstsq(basis, grad, rcond=None)
+    assert np.linalg.norm(grad - basis @ coef) <= 1e-5 * max(1.0, np.linalg.norm(grad))
+
+
+def test_box_constraints_are_respected_at_convergence():
+    m, d = humanoid_standing()
+    arm = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, n)
+           for n in ("right_shoulder_y", "right_shoulder_x", "right_elbow")]
+    m.actuator_ctrlrange[arm] = [[-0.05, 0.05]] * 3
+    # a forward/outward hand acceleration the weakened arm cannot produce
+    ee = EndEffectorAcceleration(m, site="right_hand", target=[20.0, -10.0, 0.0], weight=100.0)
+    cost = Cost(ee, AccelerationTarget(m, posture_policy(m, d.qpos.copy()), weight=30.0),
+                Damping(0.1, 5.0))
+    solver = GDDSolver(m)
+    res = solver.solve(d, cost)
+    assert res.status == Status.CONVERGED
+    act = solver.problem(d).actuation
+    w = res.actuator_force
+    span = act.force_hi - act.force_lo
+    tol = 1e-9 * np.where(np.isfinite(span), span, 1.0)
+    assert np.all(w >= act.force_lo - tol) and np.all(w <= act.force_hi + tol)
+    at_bound = np.isclose(w, act.force_hi, atol=1e-6) | np.isclose(w, act.force_lo, atol=1e-6)
+    assert at_bound[arm].any()  # the reduced limits do bind
+    assert np.abs(res.unactuated_force).max() <= 1e-8
+    ctrl = res.ctrl[arm]
+    assert np.all(np.abs(ctrl) <= 0.05 + 1e-12)
+    solver.forward(d, res)
+    assert res.physics_violation <= 1e-6
+
+
+def test_general_actuation_tendon_gear_and_position_servo(mixed_model):
+    """B from MuJoCo: geared motor, position servo (affine bias) and a tendon motor (non-selection Z)."""
+    m = mixed_model
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    solver = GDDSolver(m)
+    problem = solver.problem(d)
+    Zt = problem.actuation.Zt
+    assert Zt.shape[0] == m.nv - 3
+    assert not np.all(np.isin(np.abs(Zt), [0.0, 1.0]))  # the tendon makes Z a general basis
+    cost = Cost(EndEffectorAcceleration(m, site="tip", target=[0.0, 0.0, 1.0], weight=10.0),
+                AccelerationTarget(m, np.zeros(m.nv), metric="identity", weight=0.01))
+    res = solver.solve(d, cost)
+    assert res.status == Status.CONVERGED
+    assert np.abs(res.unactuated_force).max() <= 1e-8
+    solver.forward(d, res)
+    assert res.physics_violation <= 1e-8
+    assert inverse_residual(m, d, res.qacc, res.ctrl) <= 1e-7
+
+
+@pytest.mark.parametrize("make, site, offset, w", [
+    (humanoid_standing, "right_hand", (0.3, -0.1, 0.35), 200.0),
+    (hand_holding_ball, "index_tip_site", (0.0, 0.0, 0.02), 1.0),
+])
+def test_exact_line_search_matches_one_dimensional_search(make, site, offset, w):
+    m, d = make()
+    cost, _, _ = reach_cost(m, d, site=site, offset=offset, w_ee=w, w_post=w / 5)
+    exact = GDDSolver(m).solve(d, cost)
+    brute = GDDSolver(m, line_search="newton1d").solve(d, cost)
+    assert exact.status == Status.CONVERGED
+    assert np.allclose(exact.qacc, brute.qacc, rtol=1e-8, atol=1e-8)
+
+
+def test_first_order_dual_updates_reach_the_same_solution():
+    m, d = humanoid_standing()
+    cost, _, _ = reach_cost(m, d)
+    newton = GDDSolver(m).solve(d, cost)
+    first = GDDSolver(m, dual_update="first_order", max_dual_updates=50, max_iterations=200).solve(d, cost)
+    assert first.status == Status.CONVERGED
+    assert first.dual_updates >= newton.dual_updates
+    assert np.allclose(first.qacc, newton.qacc, atol=1e-7)
+
+
+def test_elliptic_cones_use_the_fallback_search_and_stay_physical():
+    m, d = humanoid_standing("elliptic")
+    cost, _, _ = reach_cost(m, d)
+    solver = GDDSolver(m)
+    res = solver.solve(d, cost)
+    assert res.status == Status.CONVERGED
+    assert res.breakpoints == 0  # no piecewise-quadratic sweep with elliptic cones
+    assert np.abs(res.unactuated_force).max() <= 1e-8
+    solver.forward(d, res)
+    assert res.physics_violation <= 1e-6
+    assert inverse_residual(m, d, res.qacc, res.ctrl) <= 1e-6
+
+
+# --------------------------------------------------------------------------- cost terms
+
+
+def _fd_check(term, problem, a, eps=1e-6, rtol=1e-5):
+    value, grad, hess = term.evaluate(problem, a)
+    n = a.size
+    g_fd = np.empty(n)
+    h_fd = np.empty((n, n))
+    for k in range(n):
+        e = np.zeros(n)
+        e[k] = eps
+        vp, gp, _ = term.evaluate(problem, a + e)
+        vm, gm, _ = term.evaluate(problem, a - e)
+        g_fd[k] = (vp - vm) / (2 * eps)
+        h_fd[:, k] = (gp - gm) / (2 * eps)
+    gs = max(1.0, np.abs(grad).max())
+    hs = max(1.0, np.abs(hess).max())
+    assert np.isfinite(value)
+    assert np.abs(grad - g_fd).max() <= rtol * gs
+    assert np.abs(hess - h_fd).max() <= rtol * hs
+    assert np.allclose(hess, hess.T)
+
+
+def _terms_humanoid(m, d):
+    goal = d.site_xpos[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, "left_hand")] + [0.1, 0.2, 0.3]
+    quat = np.array([np.cos(0.3), 0.0, np.sin(0.3), 0.0])
+    return [
+        EndEffectorAcceleration(m, site="left_hand", target=SpringDamper(goal, stiffness=30.0), weight=3.0),
+        EndEffectorAcceleration(m, body="torso", weight=2.0,
+                                target=SpringDamper(goal, orientation=quat, stiffness=20.0)),
+        EndEffectorAcceleration(m, site="head", target=MinimumJerk(goal, 1.0), weight=1.5),
+        Damping(0.7, 4.0),
+        CenterOfMassAcceleration(m, target=SpringDamper([0.02, 0.01, 0.9], stiffness=10.0), weight=5.0),
+        CenterOfPressure(m, [0.03, -0.01], weight=50.0),
+        ContactForce(m, "left_foot", [0.0, 0.0, 200.0], weight=1e-3),
+        AccelerationTarget(m, np.linspace(-1, 1, m.nv), weight=0.3),
+        AccelerationTarget(m, np.linspace(1, -1, m.nv), metric="identity", dofs=[0, 3, 7, 20], weight=2.0),
+    ]
+
+
+@pytest.mark.parametrize("index", range(9))
+def test_cost_term_derivatives_match_finite_differences(index, rng):
+    m, d = humanoid_standing()
+    d.qvel[:] = rng.normal(scale=0.3, size=m.nv)
+    mujoco.mj_forward(m, d)
+    term = _terms_humanoid(m, d)[index]
+    problem = GDDSolver(m).problem(d)
+    a = d.qacc + rng.normal(scale=0.5, size=m.nv)
+    jar = problem.J @ a - problem.aref
+    assert np.abs(jar).min() > 1e-4  # away from the kinks of f(a)
+    _fd_check(term, problem, a)
+
+
+def test_sum_of_terms_derivatives_and_weights(rng):
+    m, d = hand_holding_ball()
+    terms = [
+        EndEffectorAcceleration(m, site="thumb_tip_site", target=[0.1, 0.2, -0.3], weight=2.0),
+        ContactForce(m, "ball", [0.0, 0.0, 0.5], weight=4.0),
+        Damping(0.5, 2.0),
+    ]
+    cost = Cost(terms[0]) + terms[1] + terms[2]
+    problem = GDDSolver(m).problem(d)
+    a = d.qacc + rng.normal(scale=0.2, size=m.nv)
+    _fd_check(cost, problem, a)
+    total = cost.evaluate(problem, a)[0]
+    assert total == pytest.approx(sum(t.evaluate(problem, a)[0] for t in terms), rel=1e-12)
+    # weights scale linearly; an inactive term contributes nothing
+    v1 = terms[1].evaluate(problem, a)[0]
+    terms[1].weight = 8.0
+    assert terms[1].evaluate(problem, a)[0] == pytest.approx(2 * v1, rel=1e-12)
+    terms[1].active = False
+    assert cost.evaluate(problem, a)[0] == pytest.approx(total - v1, rel=1e-9)
+
+
+def _time_derivative(m, d, quantity, h=1e-6):
+    """Central difference of quantity(data) along q(t) = q ⊕ v t with a = 0."""
+    vals = []
+    for s in (-h, h):
+        d2 = mujoco.MjData(m)
+        d2.qpos[:] = d.qpos
+        mujoco.mj_integratePos(m, d2.qpos, d.qvel, s)
+        d2.qvel[:] = d.qvel
+        mujoco.mj_forward(m, d2)
+        vals.append(quantity(d2))
+    return (vals[1] - vals[0]) / (2 * h)
+
+
+def test_bias_accelerations_match_time_derivatives(rng):
+    m, d = humanoid_standing()
+    d.qvel[:] = rng.normal(scale=0.5, size=m.nv)
+    mujoco.mj_forward(m, d)
+    problem = GDDSolver(m).problem(d)
+    ee = EndEffectorAcceleration(m, site="right_hand", target=np.zeros(6), weight=1.0)
+    jac = np.zeros((6, m.nv))
+
+    def site_velocity(dd):
+        mujoco.mj_jacSite(m, dd, jac[:3], jac[3:], ee.site_id)
+        return jac @ dd.qvel
+
+    assert np.allclose(ee.bias_acceleration(problem), _time_derivative(m, d, site_velocity), atol=1e-5)
+    com = CenterOfMassAcceleration(m, target=np.zeros(3))
+    jc = np.zeros((3, m.nv))
+
+    def com_velocity(dd):
+        mujoco.mj_jacSubtreeCom(m, dd, jc, 0)
+        return jc @ dd.qvel
+
+    assert np.allclose(com.bias_acceleration(problem), _time_derivative(m, d, com_velocity), atol=1e-5)
+
+
+def test_contact_force_and_center_of_pressure_decode_the_rows():
+    m, d = hand_holding_ball()
+    problem = GDDSolver(m).problem(d)
+    ball = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "ball")
+    G = ContactForce(m, "ball", [0, 0, 0]).force_matrix(problem)
+    expected = np.zeros(3)
+    frc = np.zeros(6)
+    for c in range(d.ncon):
+        mujoco.mj_contactForce(m, d, c, frc)
+        world = d.contact.frame[c].reshape(3, 3).T @ frc[:3]
+        b1, b2 = m.geom_bodyid[d.contact.geom[c]]
+        if b2 == ball:
+            expected += world
+        elif b1 == ball:
+            expected -= world
+    assert np.allclose(G @ d.efc_force, expected, atol=1e-10)
+    # the ball is held: the contacts carry (about) its weight and accelerate it
+    mass = m.body_mass[ball]
+    assert np.allclose(expected, mass * (d.qacc[-6:-3] - m.opt.gravity), atol=1e-6)
+
+    m2, d2 = humanoid_standing()
+    problem2 = GDDSolver(m2).problem(d2)
+    cop = CenterOfPressure(m2, [0.0, 0.0])
+    p = cop.center_of_pressure(problem2, d2.efc_force)
+    fn = np.array([d2.efc_force[d2.contact.efc_address[c]:d2.contact.efc_address[c] + 4].sum()
+                   for c in range(d2.ncon)])
+    assert np.allclose(p, fn @ d2.contact.pos[:, :2] / fn.sum())
+    at_cop = CenterOfPressure(m2, p)
+    assert at_cop.evaluate(problem2, d2.qacc)[0] == pytest.approx(0.0, abs=1e-20)
+
+
+def test_minimum_jerk_profile():
+    mj = MinimumJerk([1.0, 0.0, 0.0], 2.0, start=[0.0, 0.0, 0.0], start_time=0.0)
+    x0, v0, a0 = mj.reference(0.0)
+    x1, v1, a1 = mj.reference(1.0)
+    x2, v2, a2 = mj.reference(2.0)
+    assert np.allclose(x0, 0) and np.allclose(v0, 0) and np.allclose(a0, 0)
+    assert np.allclose(x1, [0.5, 0, 0]) and v1[0] == pytest.approx(1.875 / 2)
+    assert np.allclose(x2, [1, 0, 0]) and np.allclose(v2, 0) and np.allclose(a2, 0)
+    h = 1e-6
+    assert np.allclose((mj.reference(0.7 + h)[0] - mj.reference(0.7 - h)[0]) / (2 * h),
+                       mj.reference(0.7)[1], atol=1e-6)
+    assert np.allclose((mj.reference(0.7 + h)[1] - mj.reference(0.7 - h)[1]) / (2 * h),
+                       mj.reference(0.7)[2], atol=1e-5)
+
+
+# --------------------------------------------------------------------------- goal-directed simulation
+
+
+def test_humanoid_reaches_for_a_goal_while_standing():
+    m, d = humanoid_standing()
+    cost, goal, sid = reach_cost(m, d)
+    # keep the centre of mass over the feet, so both feet stay on the ground
+    cost = cost + CenterOfMassAcceleration(m, target=SpringDamper(d.subtree_com[0].copy(), stiffness=20.0),
+                                           weight=2000.0)
+    solver = GDDSolver(m)
+    left = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "left_foot")
+    right = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "right_foot")
+    d0 = np.linalg.norm(d.site_xpos[sid] - goal)
+    results = []
+    for _ in range(200):  # 1 s
+        results.append(gdd_step(m, d, cost, solver))
+        feet = {int(m.geom_bodyid[g]) for c in range(d.ncon) for g in d.contact.geom[c]}
+        assert {left, right} <= feet  # both feet on the ground throughout
+    dist = np.linalg.norm(d.site_xpos[sid] - goal)
+    assert dist < 0.3 * d0
+    assert d.qpos[2] > 0.9  # still standing, pelvis upright
+    assert d.xmat[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "pelvis")][8] > 0.95
+    status = np.array([r.status for r in results])
+    assert np.mean(status == Status.CONVERGED) >= 0.95
+    iters = np.array([r.iterations for r in results])
+    assert np.median(iters) <= 5
+    viol = np.array([r.physics_violation for r in results])
+    assert np.median(viol) <= 1e-8 and np.percentile(viol, 95) <= 1e-6
+    assert np.percentile([r.residual_gradient for r in results], 95) <= 1e-6
+    assert json.dumps(results[-1].summary())
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_unknown_names_and_bad_targets_raise():
+    m, d = humanoid_standing()
+    with pytest.raises(ParameterError, match="no body named 'nope'"):
+        EndEffectorAcceleration(m, body="nope", target=np.zeros(3))
+    with pytest.raises(ParameterError, match="no site named"):
+        EndEffectorAcceleration(m, site="left_hnd", target=np.zeros(3))
+    with pytest.raises(ParameterError, match="exactly one"):
+        EndEffectorAcceleration(m, target=np.zeros(3))
+    with pytest.raises(NonFiniteError):
+        SpringDamper([np.nan, 0.0, 1.0])
+    with pytest.raises(ParameterError):
+        EndEffectorAcceleration(m, site="head", target=np.zeros(4))
+    with pytest.raises(ParameterError):
+        ContactForce(m, "no_such_body", [0, 0, 1])
+    with pytest.raises(ParameterError):
+        Damping(-1.0)
+    with pytest.raises(ParameterError):
+        GDDSettings(max_iterations=0)
+    with pytest.raises(ParameterError):
+        GDDSolver(m, line_search="bisection")
+    with pytest.raises(ParameterError):
+        GDDSolver(m).solve(d, "not a cost")
+
+
+def test_model_without_actuators_is_rejected():
+    m = mujoco.MjModel.from_xml_string(ARM_XML.split("<actuator>")[0] + "</mujoco>")
+    with pytest.raises(ParameterError, match="no actuators"):
+        GDDSolver(m)
+
+
+def test_non_finite_cost_raises_and_never_steps():
+    m, d = humanoid_standing()
+    policy = AccelerationTarget(m, lambda problem: np.full(m.nv, np.nan), weight=1.0, name="broken policy")
+    cost = Cost(policy, Damping(0.1, 5.0))
+    solver = GDDSolver(m)
+    t0, ctrl0, qpos0 = d.time, d.ctrl.copy(), d.qpos.copy()
+    with pytest.raises(NonFiniteError, match="broken policy"):
+        gdd_step(m, d, cost, solver)
+    assert d.time == t0 and np.array_equal(d.ctrl, ctrl0) and np.array_equal(d.qpos, qpos0)
+    with pytest.raises(NonFiniteError):
+        AccelerationTarget(m, np.full(m.nv, np.inf))
+
+
+def test_non_finite_state_raises_and_never_steps():
+    m, d = humanoid_standing()
+    cost, _, _ = reach_cost(m, d)
+    d.qvel[3] = np.nan
+    t0 = d.time
+    with pytest.raises(NonFiniteError, match="state"):
+        gdd_step(m, d, cost, GDDSolver(m))
+    assert d.time == t0 and np.isnan(d.qvel[3])
+
+
+def test_apply_refuses_a_failed_result():
+    m, d = humanoid_standing()
+    cost, _, _ = reach_cost(m, d)
+    solver = GDDSolver(m)
+    res = solver.solve(d, cost)
+    res.ctrl[0] = np.nan
+    ctrl0 = d.ctrl.copy()
+    with pytest.raises(SimulationError):
+        solver.apply(d, res)
+    assert np.array_equal(d.ctrl, ctrl0)
+
+
+def test_result_log_and_warm_start():
+    m, d = humanoid_standing()
+    cost, _, _ = reach_cost(m, d)
+    solver = GDDSolver(m)
+    first = solver.solve(d, cost)
+    assert len(first.log) == first.iterations >= 1
+    assert first.log[0].factored and first.log[0].alpha > 0
+    again = solver.solve(d, cost)  # warm start from the solution of the same state
+    assert again.iterations <= 1 and again.dual_updates <= 1
+    assert np.allclose(again.qacc, first.qacc, atol=1e-9)
+    solver.reset()
+    cold = solver.solve(d, cost)
+    assert np.allclose(cold.qacc, first.qacc, atol=1e-8)
+    assert K.ST_NSTAT == len(solver._stats)
