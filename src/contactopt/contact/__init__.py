@@ -19,17 +19,13 @@ from .convex import (
     ConvexContactModel,
     velocity_barrier,
 )
-from .convex_dynamics import (
-    ConvexContactProblem,
-    ConvexDynamics,
-    ForwardStep,
-    InverseStep,
-    SingularInertiaError,
-)
+from .convex_dynamics import ConvexContactProblem, ConvexDynamics, ForwardStep, InverseStep
+from .smooth_dynamics import SingularInertiaError, UnconstrainedDynamics
 from .geometry import ContactSpace, contact_space
 
 __all__ = [
     "BatchSolution", "ContactBatch", "ContactSolution", "ContactStatus", "ConvexContactModel",
     "velocity_barrier", "ContactSpace", "contact_space",
     "ConvexContactProblem", "ConvexDynamics", "ForwardStep", "InverseStep", "SingularInertiaError",
+    "UnconstrainedDynamics",
 ]

@@ -46,7 +46,6 @@ the speed ``|w|/h``).  The rule is continuous at ``w = 0``.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -54,17 +53,13 @@ import mujoco
 import numpy as np
 import scipy.linalg
 
-from ..errors import ContactoptError, ParameterError, ShapeError, as_array
+from ..errors import ParameterError, ShapeError, as_array
 from .convex import ContactBatch, ContactStatus, ConvexContactModel
 from .geometry import ContactSpace, contact_space
+from .smooth_dynamics import SingularInertiaError, UnconstrainedDynamics
 
 __all__ = ["ConvexDynamics", "ConvexContactProblem", "ForwardStep", "InverseStep", "SingularInertiaError"]
 
-
-class SingularInertiaError(ContactoptError, ArithmeticError):
-    """The joint-space inertia matrix could not be factorized."""
-
-_DSBL_CONSTRAINT = int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
 
 
 @dataclass(frozen=True)
@@ -176,18 +171,11 @@ class ConvexDynamics:
         rho = float(penetration_recovery)
         if not (math.isfinite(rho) and 0.0 < rho <= 1.0):
             raise ParameterError(f"penetration_recovery must be in (0, 1], got {penetration_recovery!r}")
-        h = float(model.opt.timestep)
-        if not (math.isfinite(h) and h > 0):
-            raise ParameterError(f"model time step must be positive, got {h}")
         self.model = model
         self.contact_model = contact_model
         self.penetration_recovery = rho
-        self.timestep = h
-        self._smooth_model = copy.deepcopy(model)
-        self._smooth_model.opt.disableflags |= _DSBL_CONSTRAINT
-        self._data = mujoco.MjData(self._smooth_model)
-        damping = np.asarray(model.dof_damping, dtype=float)
-        self._damping = h * damping if implicit_damping and damping.any() else None
+        self._smooth = UnconstrainedDynamics(model, implicit_damping=implicit_damping)
+        self.timestep = self._smooth.timestep
 
     # ------------------------------------------------------------------ pieces
 
@@ -206,31 +194,11 @@ class ConvexDynamics:
           qfrc_applied: ``(nv,)`` generalized force; xfrc_applied: ``(nbody, 6)`` Cartesian wrenches.
           act: ``(na,)`` actuator activations; mocap_pos/mocap_quat: ``(nmocap, 3|4)``.
         """
-        m, d = self._smooth_model, self._data
-        d.qpos[:] = as_array("qpos", qpos, (m.nq,))
-        d.qvel[:] = as_array("qvel", qvel, (m.nv,))
-        d.ctrl[:] = 0.0 if ctrl is None else as_array("ctrl", ctrl, (m.nu,))
-        d.qfrc_applied[:] = 0.0 if qfrc_applied is None else as_array("qfrc_applied", qfrc_applied, (m.nv,))
-        d.xfrc_applied[:] = 0.0 if xfrc_applied is None else as_array("xfrc_applied", xfrc_applied, (m.nbody, 6))
-        if m.na:
-            d.act[:] = 0.0 if act is None else as_array("act", act, (m.na,))
-        if m.nmocap:
-            if mocap_pos is not None:
-                d.mocap_pos[:] = as_array("mocap_pos", mocap_pos, (m.nmocap, 3))
-            if mocap_quat is not None:
-                d.mocap_quat[:] = as_array("mocap_quat", mocap_quat, (m.nmocap, 4))
-        mujoco.mj_forward(m, d)
+        self._smooth.load(qpos, qvel, ctrl=ctrl, qfrc_applied=qfrc_applied, xfrc_applied=xfrc_applied,
+                          act=act, mocap_pos=mocap_pos, mocap_quat=mocap_quat)
+        M, factor = self._smooth.evaluate()
+        m, d = self._smooth.smooth_model, self._smooth.data
         space = contact_space(self.model, d, self.contact_model.w_max)
-        M = np.zeros((m.nv, m.nv))
-        mujoco.mj_fullM(m, d, M)
-        if self._damping is not None:
-            M[np.diag_indices(m.nv)] += self._damping
-        try:
-            factor = scipy.linalg.cho_factor(M)
-        except np.linalg.LinAlgError:
-            raise SingularInertiaError(
-                "the inertia matrix is not positive definite at this state (check the model's "
-                "masses and armature, or whether the state diverged)") from None
         qacc_smooth = scipy.linalg.cho_solve(factor, d.qfrc_smooth)
         n = space.n
         if n:
@@ -272,9 +240,9 @@ class ConvexDynamics:
             f = v = np.zeros(0)
             status, iters = ContactStatus.CONVERGED, 0
             w_next = w_free
-        q_next = self._data.qpos.copy()
+        q_next = self._smooth.data.qpos.copy()
         mujoco.mj_integratePos(self.model, q_next, w_next, h)
-        return ForwardStep(q_next, w_next, f, v, p, status, iters, self._data.energy.copy())
+        return ForwardStep(q_next, w_next, f, v, p, status, iters, self._smooth.data.energy.copy())
 
     def inverse(self, qpos, qvel, qvel_next, *, act=None, mocap_pos=None, mocap_quat=None,
                 f_init=None) -> InverseStep:
@@ -323,7 +291,7 @@ class ConvexDynamics:
                            mocap_pos=data.mocap_pos if m.nmocap else None,
                            mocap_quat=data.mocap_quat if m.nmocap else None)
         if m.na:
-            data.act[:] = self._data.act + self.timestep * self._data.act_dot
+            data.act[:] = self._smooth.integrate_activation()
         data.qpos[:] = res.qpos
         data.qvel[:] = res.qvel
         data.time += self.timestep

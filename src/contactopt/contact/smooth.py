@@ -88,7 +88,6 @@ What is approximate
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -97,9 +96,9 @@ import mujoco
 import numpy as np
 import scipy.linalg
 
-from ..errors import ParameterError, ShapeError, as_array, check_positive
-from .convex_dynamics import SingularInertiaError
+from ..errors import ParameterError, ShapeError, as_array
 from .geometry import ContactSpace, contact_space
+from .smooth_dynamics import UnconstrainedDynamics
 
 __all__ = [
     "smax",
@@ -110,8 +109,6 @@ __all__ = [
     "SmoothStep",
     "SmoothRollout",
 ]
-
-_DSBL_CONSTRAINT = int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
 
 
 # --------------------------------------------------------------------------- smooth functions
@@ -307,45 +304,20 @@ class SmoothContactDynamics:
             contact_model = SmoothContactModel()
         if not isinstance(contact_model, SmoothContactModel):
             raise ParameterError(f"contact_model must be a SmoothContactModel, got {type(contact_model).__name__}")
-        h = check_positive("model.opt.timestep", model.opt.timestep)
         self.model = model
         self.contact_model = contact_model
-        self.timestep = h
-        self._smooth_model = copy.deepcopy(model)
-        self._smooth_model.opt.disableflags |= _DSBL_CONSTRAINT
-        self._data = mujoco.MjData(self._smooth_model)
-        damping = np.asarray(model.dof_damping, dtype=float)
-        self._damping = h * damping if implicit_damping and damping.any() else None
-        self._M = np.zeros((model.nv, model.nv))
+        self._smooth = UnconstrainedDynamics(model, implicit_damping=implicit_damping)
+        self.timestep = self._smooth.timestep
 
     def _load(self, qpos, qvel, ctrl, qfrc_applied=None, xfrc_applied=None, act=None,
               mocap_pos=None, mocap_quat=None):
-        m, d = self._smooth_model, self._data
-        d.qpos[:] = as_array("qpos", qpos, (m.nq,))
-        d.qvel[:] = as_array("qvel", qvel, (m.nv,))
-        d.ctrl[:] = 0.0 if ctrl is None else as_array("ctrl", ctrl, (m.nu,))
-        d.qfrc_applied[:] = 0.0 if qfrc_applied is None else as_array("qfrc_applied", qfrc_applied, (m.nv,))
-        d.xfrc_applied[:] = 0.0 if xfrc_applied is None else as_array("xfrc_applied", xfrc_applied, (m.nbody, 6))
-        if m.na:
-            d.act[:] = 0.0 if act is None else as_array("act", act, (m.na,))
-        if m.nmocap:
-            if mocap_pos is not None:
-                d.mocap_pos[:] = as_array("mocap_pos", mocap_pos, (m.nmocap, 3))
-            if mocap_quat is not None:
-                d.mocap_quat[:] = as_array("mocap_quat", mocap_quat, (m.nmocap, 4))
+        self._smooth.load(qpos, qvel, ctrl=ctrl, qfrc_applied=qfrc_applied, xfrc_applied=xfrc_applied,
+                          act=act, mocap_pos=mocap_pos, mocap_quat=mocap_quat)
 
     def _advance(self) -> SmoothStep:
         """One step from the state loaded in the scratch data."""
-        m, d, h = self._smooth_model, self._data, self.timestep
-        mujoco.mj_forward(m, d)
-        M = self._M
-        mujoco.mj_fullM(m, d, M)
-        if self._damping is not None:
-            M[np.diag_indices(m.nv)] += self._damping
-        try:
-            factor = scipy.linalg.cho_factor(M, check_finite=False)
-        except np.linalg.LinAlgError:
-            raise SingularInertiaError("the inertia matrix is not positive definite at this state") from None
+        m, d, h = self._smooth.smooth_model, self._smooth.data, self.timestep
+        _, factor = self._smooth.evaluate()
         v_free = d.qvel + h * scipy.linalg.cho_solve(factor, d.qfrc_smooth, check_finite=False)
         space = contact_space(self.model, d, self.contact_model.w_max)
         if space.n:
@@ -377,7 +349,8 @@ class SmoothContactDynamics:
           :class:`SmoothStep` ``(qpos, qvel, impulse)`` (new arrays).
 
         Raises:
-          ShapeError / NonFiniteError: bad array; SingularInertiaError: ``M`` not PD.
+          ShapeError / NonFiniteError: bad array;
+          :class:`~contactopt.contact.smooth_dynamics.SingularInertiaError`: ``M`` not PD.
         """
         self._load(qpos, qvel, ctrl, qfrc_applied, xfrc_applied, None, mocap_pos, mocap_quat)
         return self._advance()
@@ -398,7 +371,7 @@ class SmoothContactDynamics:
                    data.mocap_quat if m.nmocap else None)
         res = self._advance()
         if m.na:
-            data.act[:] = self._data.act + self.timestep * self._data.act_dot
+            data.act[:] = self._smooth.integrate_activation()
         data.qpos[:] = res.qpos
         data.qvel[:] = res.qvel
         data.time += self.timestep

@@ -1,0 +1,103 @@
+"""MuJoCo's dynamics without its constraint solver, on a private model copy.
+
+The contact models of this package replace MuJoCo's constraints with their own
+impulses; all they need from MuJoCo is the "smooth" part of the dynamics at one
+state: the inertia ``M`` and the force ``n + u = qfrc_smooth`` (passive minus
+bias forces plus actuator and applied forces).  :class:`UnconstrainedDynamics`
+evaluates them on a copy of the model with ``mjDSBL_CONSTRAINT`` set and, with
+implicit damping, returns ``M + h·diag(dof_damping)`` — the matrix MuJoCo's Euler
+integrator uses, so that ``(M + hD)(w⁺ − w) = h(n + u) + Jᵀf`` is stable for light
+links with strong joint damping.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import mujoco
+import numpy as np
+import scipy.linalg
+
+from ..errors import ContactoptError, as_array, check_positive
+
+__all__ = ["UnconstrainedDynamics", "SingularInertiaError"]
+
+_DSBL_CONSTRAINT = int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
+
+
+class SingularInertiaError(ContactoptError, ArithmeticError):
+    """The joint-space inertia matrix could not be factorized."""
+
+
+class UnconstrainedDynamics:
+    """Scratch evaluation of ``M`` (+ ``hD``) and ``qfrc_smooth`` for one model.
+
+    Args:
+      model: the ``MjModel`` (copied: later edits of ``model`` are not seen).
+      implicit_damping: add ``h·diag(dof_damping)`` to ``M``.
+
+    Attributes:
+      model: the user's model; smooth_model: the private copy; data: its scratch
+      ``MjData`` (holds the last loaded state and its derived quantities);
+      timestep: h [s].
+
+    Not thread-safe (one scratch ``MjData``).
+    """
+
+    def __init__(self, model: mujoco.MjModel, *, implicit_damping: bool = True):
+        self.model = model
+        self.timestep = check_positive("model.opt.timestep", model.opt.timestep)
+        self.smooth_model = copy.deepcopy(model)
+        self.smooth_model.opt.disableflags |= _DSBL_CONSTRAINT
+        self.data = mujoco.MjData(self.smooth_model)
+        damping = np.asarray(model.dof_damping, dtype=float)
+        self._damping = self.timestep * damping if implicit_damping and damping.any() else None
+
+    def load(self, qpos, qvel, *, ctrl=None, qfrc_applied=None, xfrc_applied=None, act=None,
+             mocap_pos=None, mocap_quat=None) -> None:
+        """Copy a validated state and inputs into the scratch data (None: zero, or keep mocap).
+
+        Args:
+          qpos ``(nq,)``; qvel ``(nv,)``; ctrl ``(nu,)``; qfrc_applied ``(nv,)``;
+          xfrc_applied ``(nbody, 6)``; act ``(na,)``; mocap_pos/mocap_quat ``(nmocap, 3|4)``.
+        """
+        m, d = self.smooth_model, self.data
+        d.qpos[:] = as_array("qpos", qpos, (m.nq,))
+        d.qvel[:] = as_array("qvel", qvel, (m.nv,))
+        d.ctrl[:] = 0.0 if ctrl is None else as_array("ctrl", ctrl, (m.nu,))
+        d.qfrc_applied[:] = 0.0 if qfrc_applied is None else as_array("qfrc_applied", qfrc_applied, (m.nv,))
+        d.xfrc_applied[:] = 0.0 if xfrc_applied is None else as_array("xfrc_applied", xfrc_applied, (m.nbody, 6))
+        if m.na:
+            d.act[:] = 0.0 if act is None else as_array("act", act, (m.na,))
+        if m.nmocap:
+            if mocap_pos is not None:
+                d.mocap_pos[:] = as_array("mocap_pos", mocap_pos, (m.nmocap, 3))
+            if mocap_quat is not None:
+                d.mocap_quat[:] = as_array("mocap_quat", mocap_quat, (m.nmocap, 4))
+
+    def evaluate(self):
+        """``mj_forward`` on the loaded state; returns ``(M, factor)``.
+
+        ``M`` is ``(nv, nv)`` (plus ``hD`` with implicit damping) and ``factor`` its
+        Cholesky factor for ``scipy.linalg.cho_solve``; ``self.data.qfrc_smooth`` holds ``n + u``.
+
+        Raises:
+          SingularInertiaError: ``M`` is not positive definite.
+        """
+        m, d = self.smooth_model, self.data
+        mujoco.mj_forward(m, d)
+        M = np.zeros((m.nv, m.nv))
+        mujoco.mj_fullM(m, d, M)
+        if self._damping is not None:
+            M[np.diag_indices(m.nv)] += self._damping
+        try:
+            factor = scipy.linalg.cho_factor(M, check_finite=False)
+        except np.linalg.LinAlgError:
+            raise SingularInertiaError(
+                "the inertia matrix is not positive definite at this state (check the model's "
+                "masses and armature, or whether the state diverged)") from None
+        return M, factor
+
+    def integrate_activation(self) -> np.ndarray:
+        """``(na,)`` activations after one explicit Euler step from the loaded state."""
+        return self.data.act + self.timestep * self.data.act_dot
