@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -65,13 +66,19 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("run", help="run a task with a planner (lists the tasks when none is given)")
-    r.add_argument("task", nargs="?", metavar="TASK")
-    r.add_argument("--planner", default=None)
-    r.add_argument("--seconds", type=float, default=None)
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--video", type=Path, default=None, metavar="PATH")
-    r.add_argument("--plot", type=Path, default=None, metavar="PATH")
-    r.add_argument("--json", action="store_true")
+    r.add_argument("task", nargs="?", metavar="TASK", help="task name; omit to list the tasks")
+    r.add_argument("--planner", default=None, help="ilqg, idto or gdd (default: the task's only planner)")
+    r.add_argument("--seconds", type=float, default=None, help="simulated seconds (default: the task's)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the initial state (default 0)")
+    r.add_argument("--video", type=Path, default=None, metavar="PATH", help="write an H.264 MP4 here")
+    r.add_argument("--plot", type=Path, default=None, metavar="PATH", help="write a PNG of the run here")
+    r.add_argument("--json", action="store_true", help="print the report as JSON (exit status 3 if it failed)")
+    r.add_argument("--mode", choices=("sync", "async"), default=None,
+                   help="MPC planners: sync (one thread, lag modeled; default) or async (planner thread, real time)")
+    r.add_argument("--slowdown", type=float, default=None,
+                   help="MPC planners: wall seconds per simulated second (default 1 = real time)")
+    r.add_argument("--lag", type=float, default=None, metavar="SECONDS",
+                   help="MPC planners, sync mode: fixed policy lag in simulated seconds (default: measured)")
     r.set_defaults(func=cmd_run)
     return p
 
@@ -232,11 +239,11 @@ def cmd_bench(args) -> int:
 
 
 def cmd_run(args) -> int:
-    """``contactopt run TASK``: reserved for the planners; lists the registered tasks."""
+    """``contactopt run TASK --planner P``: a closed-loop run of a task; lists the tasks without one."""
     from .tasks import available_tasks, load_task
 
-    tasks = available_tasks()
     if args.task is None:
+        tasks = available_tasks()
         if not tasks:
             print("No tasks are registered yet: the planners (iLQG, IDTO, goal-directed dynamics) "
                   "add them. Try `contactopt simulate MODEL` meanwhile.")
@@ -244,7 +251,39 @@ def cmd_run(args) -> int:
             print(f"{name:20s} {spec.model:12s} {'/'.join(spec.planners):12s} {spec.description}")
         return 0
     spec = load_task(args.task)
-    raise ContactoptError(f"task {spec.name!r} has no runner yet")
+    runner = spec.runner(args.planner)
+    if args.seconds is not None and not (math.isfinite(args.seconds) and args.seconds > 0):
+        raise ParameterError(f"--seconds must be a positive finite number, got {args.seconds}")
+    for flag, path in (("--video", args.video), ("--plot", args.plot)):
+        if path is not None and not path.parent.exists():
+            raise ParameterError(f"{flag}: directory {path.parent} does not exist")
+    options = {k: v for k, v in (("mode", args.mode), ("slowdown", args.slowdown), ("lag", args.lag))
+               if v is not None}
+    if options:
+        import inspect
+
+        accepted = inspect.signature(runner).parameters
+        for key in options:
+            if key not in accepted:
+                raise ParameterError(f"--{key} does not apply to the {args.planner or spec.planners[0]!r} "
+                                     f"planner of {spec.name!r}")
+        if "slowdown" in options and not (math.isfinite(args.slowdown) and args.slowdown > 0):
+            raise ParameterError(f"--slowdown must be a positive number, got {args.slowdown}")
+        if "lag" in options and not (math.isfinite(args.lag) and args.lag >= 0):
+            raise ParameterError(f"--lag must be a number of seconds >= 0, got {args.lag}")
+        if "lag" in options and args.mode == "async":
+            raise ParameterError("--lag applies to --mode sync (async mode measures the lag)")
+    report = runner(seconds=args.seconds, seed=args.seed, video=args.video, plot=args.plot, **options)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for key, value in report.items():
+            if isinstance(value, float):
+                value = f"{value:.4g}"
+            elif isinstance(value, (list, dict)):
+                continue  # time series: --json shows them
+            print(f"{key:22s} {value}")
+    return 0 if report.get("success", True) else 3
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,21 +1,45 @@
-"""Task registry: a task is a model name, a cost, a success test and defaults.
+"""Task registry: ``contactopt run TASK --planner P`` finds its runner here.
 
-Planner issues add one module per task and call :func:`register_task`;
-``contactopt run TASK`` finds tasks here by name.
+A task is a named scenario on a bundled model (``acrobot-swingup``, ``humanoid-reach``,
+...) with its own success test.  Each planner that can run it registers a *runner*:
+
+.. code-block:: python
+
+    def run(*, seconds=None, seed=0, video=None, plot=None, **options) -> dict:
+        ...
+
+A runner simulates the task closed-loop (``seconds`` of simulated time, default the
+task's own; ``seed`` picks the initial state), writes the optional MP4 ``video`` and PNG
+``plot`` paths, and returns a JSON-ready report that has at least the keys
+``task``, ``planner``, ``success`` (bool) and ``time_to_success`` (seconds or None).
+
+Task modules register themselves on import; the built-in ones are imported lazily by
+:func:`available_tasks` / :func:`load_task` (listing tasks must stay cheap: runners import
+their heavy dependencies inside the function).
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import ContactoptError
 
-__all__ = ["TaskSpec", "register_task", "load_task", "available_tasks", "UnknownTaskError"]
+__all__ = ["TaskSpec", "register_task", "load_task", "available_tasks", "UnknownTaskError",
+           "TaskRunner"]
+
+TaskRunner = Callable[..., dict]
+
+#: Modules that register the built-in tasks (imported on first use of the registry).
+_BUILTIN_MODULES = (
+    "contactopt.tasks.ilqg_tasks",
+    "contactopt.tasks.gdd_tasks",
+)
 
 
 class UnknownTaskError(ContactoptError, KeyError):
-    """No task of that name is registered."""
+    """No task of that name is registered (or it has no runner for the planner asked)."""
 
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0]
@@ -29,35 +53,86 @@ class TaskSpec:
       name: CLI name, e.g. ``"acrobot-swingup"``.
       model: bundled model name the task runs on.
       description: one line for listings.
-      planners: planner names that can run it (e.g. ``("ilqg", "idto")``).
-      factory: callable building the task object from keyword overrides.
+      runners: planner name → runner (see the module docstring).
+      default_seconds: simulated time of a run when ``--seconds`` is not given.
     """
 
     name: str
     model: str
     description: str
-    planners: tuple[str, ...]
-    factory: Callable[..., object] = field(compare=False)
+    runners: dict = field(compare=False)
+    default_seconds: float = 5.0
+
+    @property
+    def planners(self) -> tuple[str, ...]:
+        """Names of the planners that can run this task, sorted."""
+        return tuple(sorted(self.runners))
+
+    def runner(self, planner: str | None) -> TaskRunner:
+        """The runner of ``planner`` (the only one when ``planner`` is None and there is one)."""
+        if planner is None:
+            if len(self.runners) == 1:
+                return next(iter(self.runners.values()))
+            raise UnknownTaskError(f"task {self.name!r} runs with several planners; pick one with "
+                                   f"--planner ({', '.join(self.planners)})")
+        try:
+            return self.runners[planner]
+        except KeyError:
+            raise UnknownTaskError(f"task {self.name!r} has no {planner!r} planner (it runs with: "
+                                   f"{', '.join(self.planners)})") from None
 
 
 _TASKS: dict[str, TaskSpec] = {}
+_builtins_loaded = False
 
 
-def register_task(spec: TaskSpec) -> TaskSpec:
-    """Add ``spec`` to the registry (a name can be registered once)."""
-    if spec.name in _TASKS:
-        raise ValueError(f"task {spec.name!r} is already registered")
-    _TASKS[spec.name] = spec
+def register_task(name: str, planner: str, runner: TaskRunner, *, model: str, description: str,
+                  default_seconds: float = 5.0) -> TaskSpec:
+    """Register ``runner`` as the way ``planner`` runs task ``name``.
+
+    A task may be registered once per planner; the model must agree between planners.
+
+    Returns:
+      the (possibly extended) :class:`TaskSpec`.
+    """
+    if not callable(runner):
+        raise TypeError(f"runner of task {name!r} must be callable")
+    old = _TASKS.get(name)
+    if old is not None:
+        if planner in old.runners:
+            raise ValueError(f"task {name!r} already has a {planner!r} runner")
+        if old.model != model:
+            raise ValueError(f"task {name!r} runs on model {old.model!r}, not {model!r}")
+        runners = {**old.runners, planner: runner}
+        spec = TaskSpec(name, model, old.description, runners, old.default_seconds)
+    else:
+        spec = TaskSpec(name, model, description, {planner: runner}, float(default_seconds))
+    _TASKS[name] = spec
     return spec
+
+
+def _load_builtins() -> None:
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    _builtins_loaded = True
+    for module in _BUILTIN_MODULES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:  # a planner module that has not landed yet
+            if exc.name != module:
+                raise
 
 
 def available_tasks() -> dict[str, TaskSpec]:
     """All registered tasks by name (a copy)."""
+    _load_builtins()
     return dict(_TASKS)
 
 
 def load_task(name: str) -> TaskSpec:
     """The registered task ``name``; :class:`UnknownTaskError` lists the ones that exist."""
+    _load_builtins()
     try:
         return _TASKS[name]
     except KeyError:

@@ -1,0 +1,25 @@
+"""Model-predictive control: one runner for every planner, policies, and the iLQG planner.
+
+* :func:`run_mpc` — receding-horizon control of a MuJoCo plant, synchronous (seeded,
+  lag modeled) or asynchronous (planner and plant threads, real-time pacing).
+* :class:`ILQGPlanner` — iLQG with warm starts and feedback policies.
+* :class:`TrajectoryPolicy` — ``u = Ū(t) + K(t)(x ⊖ X̄(t))`` between updates.
+"""
+
+from .ilqg_planner import ILQGPlanner
+from .policy import ConstantPolicy, Policy, TrajectoryPolicy
+from .runner import (
+    MPCResult,
+    MPCSettings,
+    Planner,
+    PlannerUpdate,
+    Push,
+    UpdateRecord,
+    find_min_slowdown,
+    perturb_model,
+    run_mpc,
+)
+
+__all__ = ["run_mpc", "MPCSettings", "MPCResult", "Planner", "PlannerUpdate", "UpdateRecord", "Push",
+           "perturb_model", "find_min_slowdown", "ILQGPlanner", "Policy", "TrajectoryPolicy",
+           "ConstantPolicy"]

@@ -1,0 +1,545 @@
+"""The MPC runner: a planner re-optimizing in a receding horizon against a MuJoCo plant.
+
+One runner serves every planner (iLQG, IDTO).  A *planner* turns a measured state into a
+:class:`~contactopt.mpc.policy.Policy`; the *plant* is a MuJoCo simulation at its own
+time step (it may be a different model: stiffer contact, other masses) that applies the
+newest policy at every plant step.
+
+Modes
+-----
+``"sync"`` (deterministic, for tests and seeded experiments)
+    Plant and planner alternate in one thread.  An update planned from the state at time
+    ``t`` takes effect at ``t + lag`` of simulated time; the next update starts when the
+    previous one is done (``t + lag``) or after ``update_period``, whichever is later.
+    ``lag`` is either fixed (seconds; deterministic) or ``"measured"``: the update's wall
+    time divided by ``slowdown`` — what a computer ``slowdown``× slower than real time
+    would see, without the threads' noise.
+``"async"`` (real time)
+    Planner and plant run in separate threads.  The plant is paced so that one simulated
+    second takes ``slowdown`` wall seconds (it runs slower if it cannot keep up; the
+    reached real-time factor is reported), and always applies the newest policy.  The
+    policy lag is measured: simulated time between the state a policy was planned from
+    and the moment the plant starts applying it.
+
+A failed update (diverged solve, non-finite plan) never reaches the plant: the last good
+policy stays in force.  A non-finite feedback control falls back to the policy's
+feedforward, and a non-finite state stops the run with :class:`SimulationError`.
+
+Perturbations are :class:`Push` es through ``data.xfrc_applied``; model errors are applied
+to the plant with :func:`perturb_model`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import mujoco
+import numpy as np
+
+from ..errors import ContactoptError, NonFiniteError, ParameterError, as_array
+from ..simulate import SimulationError
+from .policy import Policy
+
+__all__ = ["Planner", "PlannerUpdate", "Push", "MPCSettings", "MPCResult", "UpdateRecord",
+           "run_mpc", "perturb_model", "find_min_slowdown"]
+
+
+# --------------------------------------------------------------------------- interfaces
+
+
+@dataclass
+class PlannerUpdate:
+    """What one planner update returns.
+
+    Attributes:
+      policy: the new policy, or None when the update failed (the old one is kept).
+      cost: planned total cost after the update (nan if unknown).
+      iterations: optimizer iterations done.
+      compute_time: wall seconds the update took.
+      breakdown: wall seconds per phase (e.g. ``derivatives``, ``backward``, ``line_search``).
+      message: why it failed, or a status word.
+    """
+
+    policy: Policy | None
+    cost: float = math.nan
+    iterations: int = 0
+    compute_time: float = 0.0
+    breakdown: dict = field(default_factory=dict)
+    message: str = ""
+
+
+class Planner(Protocol):
+    """What :func:`run_mpc` needs of a planner.
+
+    ``reset(t, x)`` makes the initial plan (may iterate to convergence; its time is not
+    counted against the plant); ``update(t, x)`` makes one receding-horizon update from
+    the state measured at time ``t``.  Both return a :class:`PlannerUpdate`.
+    """
+
+    def reset(self, t: float, x: np.ndarray) -> PlannerUpdate: ...
+
+    def update(self, t: float, x: np.ndarray) -> PlannerUpdate: ...
+
+
+@dataclass(frozen=True)
+class Push:
+    """A push on a body: wrench ``[force (N), torque (N·m)]`` in world coordinates at the
+    body's centre of mass, during ``[time, time + duration)`` (s)."""
+
+    time: float
+    duration: float
+    body: str
+    force: tuple = (0.0, 0.0, 0.0)
+    torque: tuple = (0.0, 0.0, 0.0)
+
+
+@dataclass
+class MPCSettings:
+    """Parameters of :func:`run_mpc`.
+
+    Attributes:
+      duration: simulated seconds (> 0).
+      mode: ``"sync"`` or ``"async"`` (see the module docstring).
+      lag: sync mode: seconds of simulated time until an update takes effect, or
+        ``"measured"`` (wall time / ``slowdown``).
+      update_period: sync mode: least simulated time between update starts (s; 0 = as
+        soon as the previous one is done).
+      slowdown: wall seconds per simulated second (async pacing; ``"measured"`` lag), ≥ 0
+        (0 in async mode = run the plant as fast as it goes).
+      pushes: :class:`Push` es applied to the plant.
+      record_period: simulated seconds between recorded samples (≥ plant step).
+      success_hold: seconds the task's success test must hold continuously.
+      stop_on_success: end the run once the task has succeeded (after ``success_hold``).
+      max_failed_updates: consecutive failed updates after which the run stops with an error.
+    """
+
+    duration: float
+    mode: str = "sync"
+    lag: float | str = "measured"
+    update_period: float = 0.0
+    slowdown: float = 1.0
+    pushes: tuple = ()
+    record_period: float = 0.01
+    success_hold: float = 0.0
+    stop_on_success: bool = False
+    max_failed_updates: int = 1000
+
+    def __post_init__(self):
+        if not (isinstance(self.duration, (int, float)) and math.isfinite(self.duration)
+                and self.duration > 0):
+            raise ParameterError(f"MPC duration must be a positive number of seconds, got {self.duration!r}")
+        if self.mode not in ("sync", "async"):
+            raise ParameterError(f"MPC mode must be 'sync' or 'async', got {self.mode!r}")
+        if isinstance(self.lag, str):
+            if self.lag != "measured":
+                raise ParameterError(f"lag must be seconds >= 0 or 'measured', got {self.lag!r}")
+        elif not (math.isfinite(self.lag) and self.lag >= 0):
+            raise ParameterError(f"lag must be seconds >= 0 or 'measured', got {self.lag!r}")
+        for name in ("update_period", "slowdown", "success_hold"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ParameterError(f"{name} must be a finite number >= 0, got {v!r}")
+        if not (math.isfinite(self.record_period) and self.record_period > 0):
+            raise ParameterError(f"record_period must be positive, got {self.record_period!r}")
+        if self.mode == "sync" and self.lag == "measured" and self.slowdown <= 0:
+            raise ParameterError("lag='measured' needs slowdown > 0")
+        for p in self.pushes:
+            if not isinstance(p, Push):
+                raise ParameterError(f"pushes must be Push objects, got {type(p).__name__}")
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """One planner update as the plant saw it: planned from the state at ``t_state``,
+    applied from ``t_apply`` (None if it failed), wall ``compute_time`` (s)."""
+
+    t_state: float
+    t_apply: float | None
+    compute_time: float
+    cost: float
+    iterations: int
+    ok: bool
+    breakdown: dict
+    message: str = ""
+
+
+@dataclass
+class MPCResult:
+    """Outcome of :func:`run_mpc`.
+
+    Attributes:
+      time: ``(N,)`` recorded times (s); qpos ``(N, nq)``, qvel ``(N, nv)``, ctrl ``(N, nu)``.
+      metric: ``(N,)`` the task's running cost on the plant state (nan without one).
+      success: whether the success test held for ``success_hold`` seconds.
+      time_to_success: time (s) at which it started to hold, or None.
+      updates: :class:`UpdateRecord` per planner update.
+      wall_time: wall seconds of the closed loop (the initial plan excluded).
+      simulated_time: simulated seconds covered.
+      fallback_controls: plant steps whose feedback control was not finite (feedforward used).
+      mode, slowdown: as run.
+    """
+
+    time: np.ndarray
+    qpos: np.ndarray
+    qvel: np.ndarray
+    ctrl: np.ndarray
+    metric: np.ndarray
+    success: bool
+    time_to_success: float | None
+    updates: list
+    wall_time: float
+    simulated_time: float
+    fallback_controls: int
+    mode: str
+    slowdown: float
+    mocap_pos: np.ndarray | None = None
+    mocap_quat: np.ndarray | None = None
+
+    @property
+    def realtime_factor(self) -> float:
+        """Simulated seconds per wall second of the closed loop (≥ 1 = faster than real time)."""
+        return self.simulated_time / self.wall_time if self.wall_time > 0 else math.inf
+
+    @property
+    def failed_updates(self) -> int:
+        """Updates that did not produce a policy."""
+        return sum(not u.ok for u in self.updates)
+
+    def iteration_ms(self) -> np.ndarray:
+        """Wall milliseconds per update (``(n_updates,)``)."""
+        return np.array([u.compute_time * 1e3 for u in self.updates])
+
+    def policy_lag_ms(self) -> np.ndarray:
+        """Simulated milliseconds from the planned-from state to application, per applied update."""
+        return np.array([(u.t_apply - u.t_state) * 1e3 for u in self.updates if u.t_apply is not None])
+
+    def breakdown_ms(self) -> dict[str, float]:
+        """Median wall milliseconds per update of each phase of the planner's breakdown."""
+        keys = sorted({k for u in self.updates for k in u.breakdown})
+        return {k: float(np.median([u.breakdown.get(k, 0.0) for u in self.updates]) * 1e3) for k in keys}
+
+    def summary(self) -> dict:
+        """JSON-ready summary (the ``run`` report's planner-independent keys)."""
+        it = self.iteration_ms()
+        lag = self.policy_lag_ms()
+        finite = self.metric[np.isfinite(self.metric)]
+        return {
+            "success": bool(self.success),
+            "time_to_success": None if self.time_to_success is None else round(float(self.time_to_success), 4),
+            "final_cost": float(finite[-1]) if finite.size else None,
+            "iteration_ms_median": float(np.median(it)) if it.size else None,
+            "iteration_ms_p95": float(np.percentile(it, 95)) if it.size else None,
+            "policy_lag_ms": float(np.median(lag)) if lag.size else None,
+            "realtime_factor": float(self.realtime_factor),
+            "updates": len(self.updates),
+            "failed_updates": self.failed_updates,
+            "fallback_controls": self.fallback_controls,
+            "mode": self.mode,
+            "slowdown": self.slowdown,
+            "simulated_seconds": float(self.simulated_time),
+            "breakdown_ms": self.breakdown_ms(),
+        }
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def perturb_model(model: mujoco.MjModel, *, mass_scale: float = 1.0, friction_scale: float = 1.0,
+                  timestep: float | None = None) -> mujoco.MjModel:
+    """A copy of ``model`` with model errors for robustness runs.
+
+    Args:
+      mass_scale: every body's mass and inertia multiplied by this (> 0).
+      friction_scale: every geom's friction coefficients multiplied by this (> 0).
+      timestep: new ``opt.timestep`` (s, > 0), or None to keep it.
+
+    Returns:
+      a new ``MjModel`` (the argument is unchanged).
+    """
+    for name, v in (("mass_scale", mass_scale), ("friction_scale", friction_scale)):
+        if not (math.isfinite(v) and v > 0):
+            raise ParameterError(f"{name} must be a positive number, got {v!r}")
+    m = model.__copy__()
+    m.body_mass[:] *= mass_scale
+    m.body_inertia[:] *= mass_scale
+    m.geom_friction[:] *= friction_scale
+    if timestep is not None:
+        if not (math.isfinite(timestep) and timestep > 0):
+            raise ParameterError(f"timestep must be positive, got {timestep!r}")
+        m.opt.timestep = float(timestep)
+    return m
+
+
+class _Plant:
+    """Plant-side bookkeeping shared by both modes: stepping, pushes, recording, success."""
+
+    def __init__(self, model, data, settings: MPCSettings, success, metric):
+        self.model, self.data, self.s = model, data, settings
+        self.h = float(model.opt.timestep)
+        self.n = max(1, int(round(settings.duration / self.h)))
+        self.rec_stride = max(1, int(round(settings.record_period / self.h)))
+        nrec = self.n // self.rec_stride + 2
+        self.t = np.zeros(nrec)
+        self.qpos = np.zeros((nrec, model.nq))
+        self.qvel = np.zeros((nrec, model.nv))
+        self.ctrl = np.zeros((nrec, model.nu))
+        self.metric = np.full(nrec, np.nan)
+        self.nrec = 0
+        self.success_fn, self.metric_fn = success, metric
+        self.success_since: float | None = None
+        self.succeeded_at: float | None = None
+        self.fallbacks = 0
+        self.nx = model.nq + model.nv + model.na
+        self._x = np.empty(self.nx)
+        self.pushes = []
+        for p in settings.pushes:
+            bid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, p.body)
+            if bid < 0:
+                raise ParameterError(f"push on body {p.body!r}: the plant model has no such body")
+            w = np.concatenate([as_array("push force", p.force, (3,)), as_array("push torque", p.torque, (3,))])
+            self.pushes.append((p.time, p.time + p.duration, bid, w))
+        self.last_u = np.zeros(model.nu)
+
+    def state(self) -> np.ndarray:
+        d, nq, nv = self.data, self.model.nq, self.model.nv
+        x = self._x
+        x[:nq] = d.qpos
+        x[nq:nq + nv] = d.qvel
+        if self.model.na:
+            x[nq + nv:] = d.act
+        return x.copy()
+
+    def control(self, policy: Policy, t: float, x: np.ndarray) -> np.ndarray:
+        u = policy.control(t, x)
+        if not np.all(np.isfinite(u)):
+            self.fallbacks += 1
+            u = policy.feedforward(t)
+            if not np.all(np.isfinite(u)):
+                u = self.last_u
+        self.last_u = u
+        return u
+
+    def record(self, k: int, u) -> None:
+        if k % self.rec_stride and k != self.n:
+            return
+        i, d = self.nrec, self.data
+        self.t[i] = d.time
+        self.qpos[i] = d.qpos
+        self.qvel[i] = d.qvel
+        self.ctrl[i] = u
+        if self.metric_fn is not None:
+            self.metric[i] = self.metric_fn(self.model, d)
+        self.nrec += 1
+
+    def step(self, k: int, u) -> None:
+        d, t = self.data, self.data.time
+        d.ctrl[:] = u
+        if self.pushes:
+            d.xfrc_applied[:] = 0.0
+            for t0, t1, bid, w in self.pushes:
+                if t0 <= t < t1:
+                    d.xfrc_applied[bid] += w
+        bad = d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number
+        mujoco.mj_step(self.model, d)
+        # MuJoCo resets a diverged state to qpos0 with a warning instead of returning NaN
+        if d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number != bad or not (
+                np.isfinite(d.qpos).all() and np.isfinite(d.qvel).all()):
+            raise SimulationError(f"the plant diverged at t = {t:.4f} s (non-finite state)")
+        if self.success_fn is not None:
+            if self.success_fn(self.model, d):
+                if self.success_since is None:
+                    self.success_since = d.time
+                if self.succeeded_at is None and d.time - self.success_since >= self.s.success_hold - 1e-12:
+                    self.succeeded_at = self.success_since
+            else:
+                self.success_since = None
+
+    def done_early(self) -> bool:
+        return self.s.stop_on_success and self.succeeded_at is not None
+
+    def result(self, updates, wall, mode) -> MPCResult:
+        n = self.nrec
+        d = self.data
+        return MPCResult(self.t[:n].copy(), self.qpos[:n].copy(), self.qvel[:n].copy(), self.ctrl[:n].copy(),
+                         self.metric[:n].copy(), self.succeeded_at is not None, self.succeeded_at, updates,
+                         wall, float(d.time - self.t[0]) if n else 0.0, self.fallbacks, mode, self.s.slowdown,
+                         d.mocap_pos.copy() if self.model.nmocap else None,
+                         d.mocap_quat.copy() if self.model.nmocap else None)
+
+
+def _check_update(upd) -> PlannerUpdate:
+    if not isinstance(upd, PlannerUpdate):
+        raise ContactoptError(f"planner returned {type(upd).__name__}, expected a PlannerUpdate")
+    return upd
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run_mpc(planner: Planner, plant_model: mujoco.MjModel, plant_data: mujoco.MjData,
+            settings: MPCSettings, *, success: Callable | None = None,
+            metric: Callable | None = None) -> MPCResult:
+    """Run receding-horizon control of ``plant_model`` with ``planner``.
+
+    Args:
+      planner: a :class:`Planner` whose states are the plant's ``[qpos, qvel, act]``.
+      plant_model, plant_data: the plant; ``plant_data`` holds the initial state and is
+        advanced in place (``data.time`` is the clock).
+      settings: :class:`MPCSettings`.
+      success: ``success(model, data) -> bool``, the task's test on the plant state.
+      metric: ``metric(model, data) -> float``, the task's running cost, recorded.
+
+    Returns:
+      :class:`MPCResult`.
+
+    Raises:
+      NonFiniteError: the initial state is not finite.
+      ContactoptError: the initial plan failed, or ``max_failed_updates`` updates in a row failed.
+      SimulationError: the plant diverged.
+    """
+    if not isinstance(settings, MPCSettings):
+        raise ParameterError(f"settings must be MPCSettings, got {type(settings).__name__}")
+    if not (np.isfinite(plant_data.qpos).all() and np.isfinite(plant_data.qvel).all()):
+        raise NonFiniteError("initial plant state is not finite")
+    plant = _Plant(plant_model, plant_data, settings, success, metric)
+    mujoco.mj_forward(plant_model, plant_data)
+    t0 = float(plant_data.time)
+    first = _check_update(planner.reset(t0, plant.state()))
+    if first.policy is None:
+        raise ContactoptError(f"the initial plan failed: {first.message or 'no policy'}")
+    updates = [UpdateRecord(t0, t0, first.compute_time, first.cost, first.iterations, True, first.breakdown,
+                            first.message)]
+    if settings.mode == "sync":
+        wall = _run_sync(planner, plant, first.policy, updates, settings)
+    else:
+        wall = _run_async(planner, plant, first.policy, updates, settings)
+    return plant.result(updates[1:], wall, settings.mode)
+
+
+def _run_sync(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSettings) -> float:
+    d = plant.data
+    pending: list[tuple[float, int, Policy]] = []  # (t_apply, update index, policy)
+    next_start = float(d.time)
+    failures = 0
+    start = time.perf_counter()
+    for k in range(plant.n):
+        t = float(d.time)
+        if t >= next_start - 1e-9:
+            upd = _check_update(planner.update(t, plant.state()))
+            lag = upd.compute_time / s.slowdown if s.lag == "measured" else float(s.lag)
+            ok = upd.policy is not None
+            updates.append(UpdateRecord(t, t + lag if ok else None, upd.compute_time, upd.cost, upd.iterations,
+                                        ok, upd.breakdown, upd.message))
+            if ok:
+                pending.append((t + lag, len(updates) - 1, upd.policy))
+                failures = 0
+            else:
+                failures += 1
+                if failures >= s.max_failed_updates:
+                    raise ContactoptError(f"{failures} planner updates in a row failed (last: {upd.message})")
+            next_start = t + max(lag, s.update_period)
+        while pending and pending[0][0] <= t + 1e-12:
+            _, _, policy = pending.pop(0)
+        x = plant.state()
+        u = plant.control(policy, t, x)
+        plant.record(k, u)
+        plant.step(k, u)
+        if plant.done_early():
+            break
+    plant.record(plant.n, plant.last_u)
+    return time.perf_counter() - start
+
+
+def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSettings) -> float:
+    d = plant.data
+    lock = threading.Lock()
+    shared = {"t": float(d.time), "x": plant.state(), "policy": policy, "new": None, "stop": False,
+              "error": None, "failures": 0}
+
+    def planner_loop():
+        try:
+            while True:
+                with lock:
+                    if shared["stop"]:
+                        return
+                    t, x = shared["t"], shared["x"]
+                upd = _check_update(planner.update(t, x))
+                with lock:
+                    if upd.policy is not None:
+                        shared["new"] = (upd, t)  # the plant stamps the application time
+                        shared["failures"] = 0
+                    else:
+                        updates.append(UpdateRecord(t, None, upd.compute_time, upd.cost, upd.iterations, False,
+                                                    upd.breakdown, upd.message))
+                        shared["failures"] += 1
+                        if shared["failures"] >= s.max_failed_updates:
+                            raise ContactoptError(
+                                f"{shared['failures']} planner updates in a row failed (last: {upd.message})")
+        except BaseException as exc:  # reported by the plant thread
+            with lock:
+                shared["error"] = exc
+                shared["stop"] = True
+
+    thread = threading.Thread(target=planner_loop, name="contactopt-planner", daemon=True)
+    start = time.perf_counter()
+    t_start = float(d.time)
+    thread.start()
+    try:
+        for k in range(plant.n):
+            t = float(d.time)
+            if s.slowdown > 0:
+                ahead = start + (t - t_start) * s.slowdown - time.perf_counter()
+                if ahead > 0:
+                    time.sleep(ahead)
+            with lock:
+                if shared["error"] is not None:
+                    break
+                new = shared["new"]
+                shared["new"] = None
+            if new is not None:
+                upd, t_state = new
+                policy = upd.policy
+                updates.append(UpdateRecord(t_state, t, upd.compute_time, upd.cost, upd.iterations, True,
+                                            upd.breakdown, upd.message))
+            x = plant.state()
+            u = plant.control(policy, t, x)
+            plant.record(k, u)
+            plant.step(k, u)
+            with lock:
+                shared["t"], shared["x"] = float(d.time), plant.state()
+            if plant.done_early():
+                break
+    finally:
+        with lock:
+            shared["stop"] = True
+        wall = time.perf_counter() - start
+        thread.join()
+    if shared["error"] is not None:
+        raise shared["error"]
+    plant.record(plant.n, plant.last_u)
+    return wall
+
+
+def find_min_slowdown(run: Callable[[float], MPCResult], candidates=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0)
+                      ) -> tuple[float | None, dict]:
+    """The smallest slowdown at which a task still succeeds ("how much faster must the computer be").
+
+    Args:
+      run: ``run(slowdown) -> MPCResult`` (typically async mode, a fixed seed).
+      candidates: slowdowns tried in increasing order.
+
+    Returns:
+      ``(slowdown or None, {slowdown: success})`` — None when none of them succeeded.
+    """
+    tried = {}
+    for sd in sorted(candidates):
+        res = run(float(sd))
+        tried[float(sd)] = bool(res.success)
+        if res.success:
+            return float(sd), tried
+    return None, tried
+

@@ -1,0 +1,195 @@
+"""MPC tasks: a declarative description of a control problem, and its closed-loop runner.
+
+An :class:`MPCTask` says what the plant and the planner's model are, how to draw an
+initial state from a seed, the planner's cost, the success test, and the planner's
+defaults.  :func:`run_ilqg_task` runs it with iLQG through :func:`contactopt.mpc.run_mpc`
+and writes the report, video and plot of ``contactopt run TASK --planner ilqg``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import mujoco
+import numpy as np
+
+from ..errors import ParameterError
+
+__all__ = ["MPCTask", "run_ilqg_task", "ilqg_runner", "build_ilqg_planner"]
+
+
+@dataclass(frozen=True)
+class MPCTask:
+    """A closed-loop control task.
+
+    Attributes:
+      name, model, description: registry entries (``model`` is a bundled model name).
+      default_seconds: simulated duration of a run.
+      plant_model: ``() -> MjModel`` the plant (MuJoCo at the plant time step).
+      planner_model: ``() -> MjModel`` the planner's model (may be coarser / softer).
+      cost: ``(planner_model) -> TrajectoryCost`` the planner's cost.
+      initial_state: ``(plant_model, plant_data, rng)`` sets the initial state in
+        ``plant_data`` from a ``numpy.random.Generator`` (seeded by ``--seed``).
+      success: ``(model, data) -> bool`` the success test on the plant state.
+      success_hold: seconds it must hold continuously.
+      metric: ``(model, data) -> float`` a running cost on the plant state, recorded.
+      ilqg: planner defaults: ``horizon`` (steps), ``settings`` (dict of
+        :class:`~contactopt.solvers.ilqg.ILQGSettings` fields), ``iterations_per_update``,
+        ``initial_iterations``, ``derivative_stride``, ``nominal_control``.
+      lag: default sync-mode lag (seconds, or ``"measured"``).
+      pushes: :class:`~contactopt.mpc.Push` es applied by default.
+    """
+
+    name: str
+    model: str
+    description: str
+    plant_model: Callable
+    planner_model: Callable
+    cost: Callable
+    initial_state: Callable
+    success: Callable
+    metric: Callable | None = None
+    success_hold: float = 0.0
+    default_seconds: float = 5.0
+    ilqg: dict = field(default_factory=dict)
+    lag: float | str = "measured"
+    pushes: tuple = ()
+
+
+def build_ilqg_planner(task: MPCTask, planner_model=None, *, nthread: int | None = None, textbook: bool = False,
+                       **overrides):
+    """The :class:`~contactopt.mpc.ILQGPlanner` of ``task`` with its defaults (``overrides`` win).
+
+    ``textbook=True`` switches to the textbook iLQG (``Q_uu + μI``, plain value update).
+    """
+    from ..dynamics import MujocoDynamics
+    from ..mpc import ILQGPlanner
+    from ..solvers.ilqg import ILQGSettings
+
+    opts = {**task.ilqg, **overrides}
+    m = task.planner_model() if planner_model is None else planner_model
+    dyn = MujocoDynamics(m, nthread=nthread, derivative_stride=int(opts.get("derivative_stride", 1)))
+    sdict = dict(opts.get("settings", {}))
+    settings = ILQGSettings.textbook(**sdict) if textbook else ILQGSettings(**sdict)
+    return ILQGPlanner(dyn, task.cost(m), int(opts.get("horizon", 50)), settings=settings,
+                       iterations_per_update=int(opts.get("iterations_per_update", 1)),
+                       initial_iterations=int(opts.get("initial_iterations", 30)),
+                       nominal_control=opts.get("nominal_control"))
+
+
+def run_ilqg_task(task: MPCTask, *, seconds: float | None = None, seed: int = 0, mode: str = "sync",
+                  lag=None, slowdown: float = 1.0, pushes=None, plant_model=None, textbook: bool = False,
+                  stop_on_success: bool = False, **planner_overrides):
+    """Run ``task`` closed loop with iLQG MPC.
+
+    Args:
+      seconds: simulated duration (default ``task.default_seconds``).
+      seed: seeds the initial state.
+      mode, lag, slowdown: see :class:`~contactopt.mpc.MPCSettings` (lag default: the task's).
+      pushes: override of the task's pushes.
+      plant_model: override of the plant (e.g. :func:`~contactopt.mpc.perturb_model` errors).
+      textbook: use textbook iLQG instead of the seed's improvements.
+      planner_overrides: keys of ``task.ilqg`` to override.
+
+    Returns:
+      ``(MPCResult, plant_model)``.
+    """
+    from ..mpc import MPCSettings, run_mpc
+
+    seconds = task.default_seconds if seconds is None else float(seconds)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ParameterError(f"seconds must be positive, got {seconds}")
+    plant = task.plant_model() if plant_model is None else plant_model
+    data = mujoco.MjData(plant)
+    task.initial_state(plant, data, np.random.default_rng(seed))
+    planner = build_ilqg_planner(task, textbook=textbook, **planner_overrides)
+    settings = MPCSettings(duration=seconds, mode=mode, lag=task.lag if lag is None else lag,
+                           slowdown=slowdown, pushes=task.pushes if pushes is None else tuple(pushes),
+                           success_hold=task.success_hold, stop_on_success=stop_on_success)
+    try:
+        result = run_mpc(planner, plant, data, settings, success=task.success, metric=task.metric)
+    finally:
+        planner.dynamics.close()
+    return result, plant
+
+
+def _report(task: MPCTask, planner: str, result) -> dict:
+    return {"task": task.name, "planner": planner, **result.summary()}
+
+
+def write_video(model: mujoco.MjModel, result, path, *, fps: float = 30.0, width: int = 640,
+                height: int = 480) -> int:
+    """Render the recorded states of an :class:`~contactopt.mpc.MPCResult` into an MP4; returns frames."""
+    from ..render import OffscreenRenderer, VideoWriter
+
+    data = mujoco.MjData(model)
+    if result.mocap_pos is not None:
+        data.mocap_pos[:] = result.mocap_pos
+        data.mocap_quat[:] = result.mocap_quat
+    t = result.time
+    if t.size == 0:
+        return 0
+    frame_times = np.arange(t[0], t[-1] + 1e-9, 1.0 / fps)
+    idx = np.minimum(np.searchsorted(t, frame_times), t.size - 1)
+    n = 0
+    with OffscreenRenderer(model, width, height) as renderer, VideoWriter(path, fps) as video:
+        for i in idx:
+            data.qpos[:] = result.qpos[i]
+            data.qvel[:] = result.qvel[i]
+            mujoco.mj_forward(model, data)
+            video.append(renderer.render(data))
+            n += 1
+    return n
+
+
+def plot_mpc(task_name: str, result, path, *, metric_label: str = "task cost") -> None:
+    """PNG of a closed-loop run: the task metric, the controls, and the planner's update time
+    and policy lag against simulated time."""
+    from ..plots import new_figure, save_figure
+
+    fig, axes = new_figure(3)
+    ax = axes[0, 0]
+    ax.plot(result.time, result.metric, color="k", lw=1.3)
+    if result.time_to_success is not None:
+        ax.axvline(result.time_to_success, color="tab:green", ls="--", lw=1, label="success")
+        ax.legend(loc="best", fontsize=8)
+    ax.set_ylabel(metric_label)
+    ax.set_title(f"{task_name}: {result.mode} MPC, slowdown {result.slowdown:g}, "
+                 f"{'success' if result.success else 'no success'}")
+    ax = axes[1, 0]
+    ax.plot(result.time, result.ctrl, lw=0.8)
+    ax.set_ylabel("controls")
+    ax = axes[2, 0]
+    ups = [u for u in result.updates]
+    ax.plot([u.t_state for u in ups], [u.compute_time * 1e3 for u in ups], ".", ms=2,
+            label="update wall time [ms]")
+    applied = [u for u in ups if u.t_apply is not None]
+    ax.plot([u.t_state for u in applied], [(u.t_apply - u.t_state) * 1e3 for u in applied], ".", ms=2,
+            label="policy lag [ms sim]")
+    ax.set_ylabel("ms")
+    ax.set_xlabel("simulated time [s]")
+    ax.legend(loc="best", fontsize=8)
+    for row in axes[:, 0]:
+        row.grid(alpha=0.3)
+    save_figure(fig, path)
+
+
+def ilqg_runner(task: MPCTask):
+    """The ``contactopt run`` runner of ``task`` with the iLQG planner."""
+
+    def run(*, seconds=None, seed=0, video=None, plot=None, mode="sync", slowdown=1.0, lag=None, **kw):
+        result, plant = run_ilqg_task(task, seconds=seconds, seed=seed, mode=mode, slowdown=slowdown, lag=lag,
+                                      **kw)
+        report = _report(task, "ilqg", result)
+        report["seed"] = seed
+        if video is not None:
+            report["video_frames"] = write_video(plant, result, video)
+            report["video"] = str(video)
+        if plot is not None:
+            plot_mpc(task.name, result, plot)
+            report["plot"] = str(plot)
+        return report
+
+    return run

@@ -1,0 +1,253 @@
+"""The MPC runner and policies: lag modeling, determinism, failure handling, pushes, async mode."""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+import pytest
+
+from contactopt.errors import ContactoptError, NonFiniteError, ParameterError
+from contactopt.model import load_model, state_difference
+from contactopt.mpc import (
+    ConstantPolicy,
+    ILQGPlanner,
+    MPCSettings,
+    PlannerUpdate,
+    Push,
+    TrajectoryPolicy,
+    perturb_model,
+    run_mpc,
+)
+from contactopt.simulate import SimulationError
+
+
+class RecordingPlanner:
+    """A planner whose constant control equals the time it planned from (traceable), with
+    forced failures and NaN policies at chosen update numbers."""
+
+    def __init__(self, nu, fail_at=(), nan_at=()):
+        self.nu = nu
+        self.fail_at, self.nan_at = set(fail_at), set(nan_at)
+        self.calls = []
+
+    def _policy(self, t):
+        return ConstantPolicy(np.full(self.nu, t), t0=t)
+
+    def reset(self, t, x):
+        return PlannerUpdate(self._policy(t), compute_time=0.0)
+
+    def update(self, t, x):
+        n = len(self.calls)
+        self.calls.append((t, np.array(x)))
+        if n in self.fail_at:
+            return PlannerUpdate(None, message="forced failure")
+        if n in self.nan_at:
+            return PlannerUpdate(ConstantPolicy(np.full(self.nu, np.nan), t0=t), compute_time=0.0)
+        return PlannerUpdate(self._policy(t), compute_time=0.0)
+
+
+@pytest.fixture
+def acrobot():
+    m = load_model("acrobot", timestep=0.002)
+    m.actuator_ctrlrange[:] = [-100, 100]
+    return m
+
+
+def test_sync_lag_is_modeled_exactly(acrobot):
+    d = mujoco.MjData(acrobot)
+    planner = RecordingPlanner(acrobot.nu)
+    lag = 0.01
+    res = run_mpc(planner, acrobot, d, MPCSettings(duration=0.1, mode="sync", lag=lag, record_period=0.002))
+    # updates start every `lag` (the previous must be done) and apply `lag` later
+    starts = np.array([u.t_state for u in res.updates])
+    assert np.allclose(np.diff(starts), lag, atol=1e-9)
+    assert np.allclose(res.policy_lag_ms(), lag * 1e3)
+    # the control at time t is the planning time of the newest policy applied by then
+    for t, u in zip(res.time[:-1], res.ctrl[:-1, 0]):
+        applied = [r.t_state for r in res.updates if r.t_apply <= t + 1e-12]
+        assert u == pytest.approx(max(applied) if applied else 0.0)
+
+
+def test_update_period_spaces_updates(acrobot):
+    d = mujoco.MjData(acrobot)
+    res = run_mpc(RecordingPlanner(acrobot.nu), acrobot, d,
+                  MPCSettings(duration=0.1, lag=0.0, update_period=0.02))
+    assert len(res.updates) == 5
+
+
+def test_failed_and_nan_updates_keep_the_last_good_policy(acrobot):
+    d = mujoco.MjData(acrobot)
+    planner = RecordingPlanner(acrobot.nu, fail_at={2, 3}, nan_at={5})
+    res = run_mpc(planner, acrobot, d, MPCSettings(duration=0.08, lag=0.01, record_period=0.002))
+    assert res.failed_updates == 2
+    assert np.isfinite(res.ctrl).all()
+    # a NaN policy falls back to the last finite control instead of stepping with NaN
+    assert res.fallback_controls > 0
+    assert res.summary()["failed_updates"] == 2
+
+
+def test_too_many_failures_raise(acrobot):
+    d = mujoco.MjData(acrobot)
+    planner = RecordingPlanner(acrobot.nu, fail_at=set(range(100)))
+    with pytest.raises(ContactoptError, match="in a row failed"):
+        run_mpc(planner, acrobot, d, MPCSettings(duration=0.2, lag=0.01, max_failed_updates=5))
+
+
+def test_sync_runs_are_deterministic_with_ilqg(acrobot):
+    from contactopt.costs import Control, CostTerm, Quadratic, Qpos, StageCost, TrajectoryCost
+    from contactopt.dynamics import MujocoDynamics
+
+    planner_model = load_model("acrobot", timestep=0.01)
+    cost = TrajectoryCost(StageCost(planner_model, [CostTerm(Qpos(planner_model, [0.5, 0.0]), Quadratic(), 10.0),
+                                                    CostTerm(Control(planner_model), Quadratic(), 0.01)]))
+
+    def once():
+        d = mujoco.MjData(acrobot)
+        with MujocoDynamics(planner_model, nthread=2) as dyn:
+            planner = ILQGPlanner(dyn, cost, 30, initial_iterations=5)
+            return run_mpc(planner, acrobot, d, MPCSettings(duration=0.3, lag=0.01),
+                           metric=lambda m, dd: float(dd.qpos[0]))
+
+    a, b = once(), once()
+    assert np.array_equal(a.qpos, b.qpos) and np.array_equal(a.ctrl, b.ctrl)
+    assert a.qpos[-1, 0] > 0.02  # moving toward the target (passively it stays at 0)
+
+
+def test_push_moves_the_plant(acrobot):
+    runs = []
+    for pushes in ((), (Push(0.02, 0.05, "lower_arm", force=(50.0, 0.0, 0.0)),)):
+        d = mujoco.MjData(acrobot)
+        runs.append(run_mpc(RecordingPlanner(acrobot.nu), acrobot, d,
+                            MPCSettings(duration=0.1, lag=0.0, pushes=pushes)))
+        assert np.all(d.xfrc_applied == 0.0)  # the push ended
+    assert not np.allclose(runs[0].qpos[-1], runs[1].qpos[-1])
+    with pytest.raises(ParameterError, match="no such body"):
+        run_mpc(RecordingPlanner(acrobot.nu), acrobot, mujoco.MjData(acrobot),
+                MPCSettings(duration=0.1, pushes=(Push(0.0, 0.1, "nope"),)))
+
+
+def test_success_hold_and_stop(acrobot):
+    d = mujoco.MjData(acrobot)
+    res = run_mpc(RecordingPlanner(acrobot.nu), acrobot, d,
+                  MPCSettings(duration=1.0, lag=0.0, success_hold=0.05, stop_on_success=True),
+                  success=lambda m, dd: dd.time >= 0.1)
+    assert res.success and res.time_to_success == pytest.approx(0.1, abs=0.003)
+    assert res.simulated_time < 0.2
+
+
+def test_async_mode_measures_lag(acrobot):
+    d = mujoco.MjData(acrobot)
+
+    class Slow(RecordingPlanner):
+        def update(self, t, x):
+            import time
+
+            time.sleep(0.005)
+            return super().update(t, x)
+
+    res = run_mpc(Slow(acrobot.nu), acrobot, d, MPCSettings(duration=0.2, mode="async", slowdown=1.0))
+    assert len(res.updates) >= 3
+    lag = res.policy_lag_ms()
+    assert np.all(lag >= 3.9)  # at least the 5 ms of computation, in simulated time at slowdown 1
+    assert res.realtime_factor == pytest.approx(1.0, rel=0.35)
+
+
+def test_async_planner_error_is_raised(acrobot):
+    class Broken(RecordingPlanner):
+        def update(self, t, x):
+            raise RuntimeError("planner bug")
+
+    with pytest.raises(RuntimeError, match="planner bug"):
+        run_mpc(Broken(acrobot.nu), acrobot, mujoco.MjData(acrobot),
+                MPCSettings(duration=0.2, mode="async", slowdown=0.5))
+
+
+def test_trajectory_policy_matches_brute_force():
+    m = load_model("humanoid")
+    rng = np.random.default_rng(0)
+    T, h = 6, 0.01
+    nx, ndx = m.nq + m.nv, 2 * m.nv
+    X = np.zeros((T + 1, nx))
+    for i in range(T + 1):
+        q = m.qpos0.copy()
+        q[3:7] = rng.normal(size=4)
+        q[3:7] /= np.linalg.norm(q[3:7])
+        q[7:] += 0.1 * rng.normal(size=m.nq - 7)
+        X[i] = np.concatenate([q, rng.normal(size=m.nv)])
+    U = rng.normal(size=(T, m.nu))
+    K = rng.normal(size=(T, m.nu, ndx))
+    pol = TrajectoryPolicy(m, 1.0, h, U, X, K)
+    x = X[2].copy()
+    x[m.nq:] += 0.3
+    # at a knot: exactly U_i + K_i (x ⊖ X_i)
+    assert np.allclose(pol.control(1.0 + 2 * h, x), U[2] + K[2] @ state_difference(m, X[2], x))
+    # between knots: interpolated control, reference state interpolated in the tangent space (first order)
+    t = 1.0 + 2.5 * h
+    u = pol.control(t, x)
+    d = state_difference(m, X[2], X[3])
+    from contactopt.model import state_integrate
+
+    ref = state_integrate(m, X[2], 0.5 * d)
+    brute = 0.5 * (U[2] + U[3]) + K[2] @ state_difference(m, ref, x)
+    assert np.allclose(u, brute, rtol=0.05, atol=0.05 * np.abs(brute).max())
+    # before t0 the first knot, after the horizon the last control against the last state
+    assert np.allclose(pol.feedforward(0.0), U[0])
+    assert np.allclose(pol.control(5.0, X[T]), U[T - 1])
+    with pytest.raises(ParameterError, match="need the planned states"):
+        TrajectoryPolicy(m, 0.0, h, U, K=K)
+
+
+def test_clamped_policy():
+    m = load_model("acrobot")
+    pol = TrajectoryPolicy(m, 0.0, 0.01, [[10.0], [-10.0]], lower=[-5.0], upper=[5.0])
+    assert pol.control(0.0, None)[0] == 5.0 and pol.control(0.01, None)[0] == -5.0
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"duration": 0.0}, "positive"),
+    ({"duration": math.nan}, "positive"),
+    ({"duration": 1.0, "mode": "fast"}, "'sync' or 'async'"),
+    ({"duration": 1.0, "lag": -1.0}, "lag must be"),
+    ({"duration": 1.0, "lag": "soon"}, "lag must be"),
+    ({"duration": 1.0, "slowdown": -2.0}, "slowdown"),
+    ({"duration": 1.0, "record_period": 0.0}, "record_period"),
+    ({"duration": 1.0, "pushes": ("x",)}, "Push"),
+])
+def test_bad_settings(kwargs, words):
+    with pytest.raises(ParameterError, match=words):
+        MPCSettings(**kwargs)
+
+
+def test_bad_initial_state_and_initial_plan(acrobot):
+    d = mujoco.MjData(acrobot)
+    d.qpos[0] = np.nan
+    with pytest.raises(NonFiniteError):
+        run_mpc(RecordingPlanner(acrobot.nu), acrobot, d, MPCSettings(duration=0.1))
+
+    class NoPlan(RecordingPlanner):
+        def reset(self, t, x):
+            return PlannerUpdate(None, message="cannot")
+
+    with pytest.raises(ContactoptError, match="initial plan failed: cannot"):
+        run_mpc(NoPlan(acrobot.nu), acrobot, mujoco.MjData(acrobot), MPCSettings(duration=0.1))
+
+
+def test_diverging_plant_raises(acrobot):
+    # MuJoCo resets a blown-up state to qpos0 with a warning; the runner must not carry on
+    push = Push(0.01, 0.01, "lower_arm", force=(1e14, 0.0, 0.0))
+    with pytest.raises(SimulationError, match="diverged"):
+        run_mpc(RecordingPlanner(acrobot.nu), acrobot, mujoco.MjData(acrobot),
+                MPCSettings(duration=0.5, lag=0.0, pushes=(push,)))
+
+
+def test_perturb_model():
+    m = load_model("hopper")
+    p = perturb_model(m, mass_scale=1.2, friction_scale=0.5, timestep=0.001)
+    assert np.allclose(p.body_mass, 1.2 * m.body_mass) and np.allclose(p.geom_friction, 0.5 * m.geom_friction)
+    assert p.opt.timestep == 0.001 and m.opt.timestep != 0.001
+    with pytest.raises(ParameterError, match="mass_scale"):
+        perturb_model(m, mass_scale=0.0)
+    with pytest.raises(ParameterError, match="timestep"):
+        perturb_model(m, timestep=-1.0)
