@@ -361,6 +361,17 @@ def test_regularization_schedule_matches_the_seed():
         assert mu == pytest.approx(mu_e, rel=1e-12, abs=0) and delta == pytest.approx(delta_e)
 
 
+def test_many_decreases_do_not_underflow_delta():
+    # an MPC loop decreases Δ at every accepted update; Δ = 0 would freeze μ at 0 for good
+    s = ILQGSettings()
+    mu, delta = 1.0, 1.0
+    for _ in range(5000):
+        mu, delta = decrease_regularization(mu, delta, s)
+    assert delta > 0
+    mu, delta = increase_regularization(mu, delta, s)
+    assert mu == s.mu_min and delta == s.delta0
+
+
 class _ConcaveControlCost(LinearQuadraticCost):
     """LQ cost with a *negative* control weight: Q_uu is indefinite where BᵀV'B is small."""
 

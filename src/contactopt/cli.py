@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds spent timing each measurement (default 0.2)")
     b.add_argument("--plots", type=Path, default=None, metavar="DIR",
                    help="write the benchmark's PNG figures into this existing directory")
+    b.add_argument("--seeds", type=int, default=None, metavar="N",
+                   help="seeded closed-loop runs per task (benchmarks of the MPC planners; default 10)")
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("run", help="run a task with a planner (lists the tasks when none is given)")
@@ -227,6 +229,12 @@ def cmd_bench(args) -> int:
         if not args.plots.is_dir():
             raise ParameterError(f"--plots: directory {args.plots} does not exist")
         options["plots"] = args.plots
+    if args.seeds is not None:
+        if "seeds" not in bench.options:
+            raise ParameterError(f"benchmark {bench.name!r} runs no seeded tasks (--seeds is not supported)")
+        if args.seeds < 1:
+            raise ParameterError(f"--seeds must be >= 1, got {args.seeds}")
+        options["seeds"] = args.seeds
     result = bench.run(args.model, min_time=args.min_time, **options)
     text = json.dumps(result, indent=2)
     if args.out is not None:

@@ -261,8 +261,11 @@ def increase_regularization(mu: float, delta: float, settings: ILQGSettings) -> 
 def decrease_regularization(mu: float, delta: float, settings: ILQGSettings) -> tuple[float, float]:
     """Quadratic schedule, decrease (Sec. II-F): ``Δ ← min(1/Δ₀, Δ/Δ₀)``, ``μ ← μ·Δ`` if that
     exceeds ``μ_min``, else 0.  Returns the new ``(μ, Δ)``.
+
+    Δ is floored at 1e-12: an MPC loop decreases it at every update, and a thousand
+    halvings would underflow it to 0 (after which ``μ`` could never grow again).
     """
-    delta = min(1.0 / settings.delta0, delta / settings.delta0)
+    delta = max(min(1.0 / settings.delta0, delta / settings.delta0), 1e-12)
     mu = mu * delta if mu * delta > settings.mu_min else 0.0
     return mu, delta
 

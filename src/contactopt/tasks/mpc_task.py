@@ -40,6 +40,8 @@ class MPCTask:
         ``initial_iterations``, ``derivative_stride``, ``nominal_control``.
       lag: default sync-mode lag (seconds, or ``"measured"``).
       pushes: :class:`~contactopt.mpc.Push` es applied by default.
+      target_slowdown: the slowdown at which the task must succeed (issue targets:
+        1 = real time; the humanoid 2); ``bench ilqg`` measures its success rate there.
     """
 
     name: str
@@ -56,6 +58,7 @@ class MPCTask:
     ilqg: dict = field(default_factory=dict)
     lag: float | str = "measured"
     pushes: tuple = ()
+    target_slowdown: float = 1.0
 
 
 def build_ilqg_planner(task: MPCTask, planner_model=None, *, nthread: int | None = None, textbook: bool = False,
@@ -192,4 +195,5 @@ def ilqg_runner(task: MPCTask):
             report["plot"] = str(plot)
         return report
 
+    run.task = task  # bench ilqg finds the task through its runner
     return run
