@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MPC planners: wall seconds per simulated second (default 1 = real time)")
     r.add_argument("--lag", type=float, default=None, metavar="SECONDS",
                    help="MPC planners, sync mode: fixed policy lag in simulated seconds (default: measured)")
+    r.add_argument("--push", action="append", default=None, metavar="T:BODY:FX,FY,FZ[:DURATION]",
+                   help="MPC planners: push BODY at time T (s) with a world force in N for DURATION s "
+                        "(default 0.1); repeatable")
+    r.add_argument("--mass-scale", type=float, default=None,
+                   help="MPC planners: model error, plant masses × this (planner keeps the nominal model)")
+    r.add_argument("--friction-scale", type=float, default=None,
+                   help="MPC planners: model error, plant friction × this")
     r.set_defaults(func=cmd_run)
     return p
 
@@ -265,14 +272,18 @@ def cmd_run(args) -> int:
     for flag, path in (("--video", args.video), ("--plot", args.plot)):
         if path is not None and not path.parent.exists():
             raise ParameterError(f"{flag}: directory {path.parent} does not exist")
-    options = {k: v for k, v in (("mode", args.mode), ("slowdown", args.slowdown), ("lag", args.lag))
+    options = {k: v for k, v in (("mode", args.mode), ("slowdown", args.slowdown), ("lag", args.lag),
+                                 ("mass_scale", args.mass_scale), ("friction_scale", args.friction_scale))
                if v is not None}
+    if args.push:
+        options["pushes"] = [_parse_push(text) for text in args.push]
     if options:
         import inspect
 
         accepted = inspect.signature(runner).parameters
         for key in options:
             if key not in accepted:
+                key = {"pushes": "push"}.get(key, key).replace("_", "-")
                 raise ParameterError(f"--{key} does not apply to the {args.planner or spec.planners[0]!r} "
                                      f"planner of {spec.name!r}")
         if "slowdown" in options and not (math.isfinite(args.slowdown) and args.slowdown > 0):
@@ -292,6 +303,26 @@ def cmd_run(args) -> int:
                 continue  # time series: --json shows them
             print(f"{key:22s} {value}")
     return 0 if report.get("success", True) else 3
+
+
+def _parse_push(text: str):
+    """``T:BODY:FX,FY,FZ[:DURATION]`` → :class:`~contactopt.mpc.Push`."""
+    from .mpc import Push
+
+    parts = text.split(":")
+    try:
+        if len(parts) not in (3, 4):
+            raise ValueError
+        force = tuple(float(f) for f in parts[2].split(","))
+        if len(force) != 3:
+            raise ValueError
+        t, duration = float(parts[0]), float(parts[3]) if len(parts) == 4 else 0.1
+    except ValueError:
+        raise ParameterError(f"--push {text!r}: expected T:BODY:FX,FY,FZ[:DURATION], e.g. 1.0:torso:0,300,0:0.1"
+                             ) from None
+    if not all(math.isfinite(v) for v in (t, duration, *force)) or t < 0 or duration <= 0:
+        raise ParameterError(f"--push {text!r}: time must be >= 0, duration > 0, all finite")
+    return Push(t, duration, parts[1], force)
 
 
 if __name__ == "__main__":  # pragma: no cover

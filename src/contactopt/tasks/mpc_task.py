@@ -182,11 +182,22 @@ def plot_mpc(task_name: str, result, path, *, metric_label: str = "task cost") -
 def ilqg_runner(task: MPCTask):
     """The ``contactopt run`` runner of ``task`` with the iLQG planner."""
 
-    def run(*, seconds=None, seed=0, video=None, plot=None, mode="sync", slowdown=1.0, lag=None, **kw):
+    def run(*, seconds=None, seed=0, video=None, plot=None, mode="sync", slowdown=1.0, lag=None, pushes=None,
+            mass_scale=1.0, friction_scale=1.0, **kw):
+        plant = None
+        if mass_scale != 1.0 or friction_scale != 1.0:
+            from ..mpc import perturb_model
+
+            plant = perturb_model(task.plant_model(), mass_scale=mass_scale, friction_scale=friction_scale)
         result, plant = run_ilqg_task(task, seconds=seconds, seed=seed, mode=mode, slowdown=slowdown, lag=lag,
-                                      **kw)
+                                      pushes=pushes, plant_model=plant, **kw)
         report = _report(task, "ilqg", result)
         report["seed"] = seed
+        if pushes:
+            report["pushes"] = [{"time": p.time, "duration": p.duration, "body": p.body, "force": list(p.force)}
+                                for p in pushes]
+        if plant is not None and (mass_scale != 1.0 or friction_scale != 1.0):
+            report["model_error"] = {"mass_scale": mass_scale, "friction_scale": friction_scale}
         if video is not None:
             report["video_frames"] = write_video(plant, result, video)
             report["video"] = str(video)
