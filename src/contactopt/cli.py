@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the benchmark's PNG figures into this existing directory")
     b.add_argument("--seeds", type=int, default=None, metavar="N",
                    help="seeded closed-loop runs per task (benchmarks of the MPC planners; default 10)")
+    b.add_argument("--records", type=int, default=None, metavar="N",
+                   help="states per model in the recorded dataset (bench gdd; default 20000)")
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("run", help="run a task with a planner (lists the tasks when none is given)")
@@ -242,6 +244,12 @@ def cmd_bench(args) -> int:
         if args.seeds < 1:
             raise ParameterError(f"--seeds must be >= 1, got {args.seeds}")
         options["seeds"] = args.seeds
+    if args.records is not None:
+        if "records" not in bench.options:
+            raise ParameterError(f"benchmark {bench.name!r} records no dataset (--records is not supported)")
+        if args.records < 1:
+            raise ParameterError(f"--records must be >= 1, got {args.records}")
+        options["records"] = args.records
     result = bench.run(args.model, min_time=args.min_time, **options)
     text = json.dumps(result, indent=2)
     if args.out is not None:
