@@ -146,6 +146,11 @@ class IDTOProblem:
         ``"convex"`` backend (default parameters if None).
       penalize_unactuated: include the ``w_u ‖Zᵀτ‖²`` rows in the residual
         (False: cost without them, for the equality-constrained solver).
+      chain_rule: compliant backend only — build ∂τ_t/∂q by the chain rule through
+        ``v_t, v_{t+1}`` with the exact ``∂F_contact/∂v`` (``nv + 1`` contact evaluations per
+        step, see :meth:`_tau_jac_compliant`) instead of forward differences of the whole
+        inverse dynamics in ``q_t`` and ``q_{t+1}`` (``2 nv + 1``).  Same derivatives up to
+        finite-difference error; about twice as fast when contact dominates.
 
     Raises:
       ShapeError / NonFiniteError: bad array shapes or values.
@@ -157,7 +162,7 @@ class IDTOProblem:
                  q_nom=None, v_nom=None, Qq=0.0, Qv=0.0, R=1e-3, Qf_q=0.0, Qf_v=0.0,
                  unactuated_penalty: float | None = None, contact: ContactModel | None = None,
                  workers: int = 1, backend: str = "compliant", convex_contact=None,
-                 penalize_unactuated: bool = True):
+                 penalize_unactuated: bool = True, chain_rule: bool = True):
         if not isinstance(model, mujoco.MjModel):
             raise ParameterError(f"IDTOProblem: model must be a mujoco.MjModel, got {type(model).__name__}")
         if isinstance(num_steps, (bool, np.bool_)) or int(num_steps) != num_steps or num_steps < 1:
@@ -195,6 +200,7 @@ class IDTOProblem:
         if backend != "compliant" and contact is not None:
             raise ParameterError(f"contact: the {backend!r} backend has its own contact model; pass contact=None")
         self.backend = backend
+        self.analytic_chain_rule = bool(chain_rule)
         if isinstance(workers, (bool, np.bool_)) or int(workers) != workers or workers < 1:
             raise ParameterError(f"workers must be a positive integer, got {workers!r}")
         self.workers = int(workers)
@@ -471,6 +477,73 @@ class IDTOProblem:
                 J1[:, i] = (self._diff(q0, self._plus(q1, e), dt) - base) / s
         return J0, J1
 
+    def _rigid_terms(self, q_next, v_next, a) -> np.ndarray:
+        """``M(q') a + c(q', v') − F_passive(q', v')`` (no contact), ``(nv,)``."""
+        m, d = self._m, self._data()
+        d.qpos[:] = q_next
+        d.qvel[:] = v_next
+        mujoco.mj_fwdPosition(m, d)
+        mujoco.mj_fwdVelocity(m, d)
+        out = np.empty(self.nv)
+        mujoco.mj_mulM(m, d, out, a)
+        out += d.qfrc_bias
+        out -= d.qfrc_passive
+        return out
+
+    def _tau_jac_compliant(self, t, q, v, dvdq_prev, dvdq_cur, dvdq_next):
+        """Blocks ∂τ_t/∂(q_{t−1}, q_t, q_{t+1}) of the compliant backend, by the chain rule.
+
+        With ``τ = ρ(q', v', a) − F(q', v')`` (``ρ`` rigid-body terms, ``F`` compliant contact),
+        ``a = (v' − v)/h``, ``v' = v_{t+1}``, ``v = v_t``::
+
+            A_q = ∂ρ/∂q' − ∂F/∂q'            (forward differences at fixed v', a)
+            A_v = M/h + ∂ρ/∂v' − ∂F/∂v'       (∂ρ/∂v' forward differences, ∂F/∂v' exact)
+            ∂τ_t/∂q_{t+1} = A_q + A_v ∂v_{t+1}/∂q_{t+1}
+            ∂τ_t/∂q_t     = A_v ∂v_{t+1}/∂q_t − (M/h) ∂v_t/∂q_t
+            ∂τ_t/∂q_{t−1} = −(M/h) ∂v_t/∂q_{t−1}
+
+        Only ``nv + 1`` contact evaluations per time step (instead of ``2 nv + 1`` full inverse
+        dynamics); the rigid-body differences are cheap MuJoCo calls.
+        """
+        nv, h = self.nv, self.h
+        out = np.zeros((3, nv, nv))
+        qn, vn = q[t + 1], v[t + 1]
+        a = (vn - v[t]) / h
+        m, d = self._m, self._data()
+        rho0 = self._rigid_terms(qn, vn, a)
+        M = np.empty((nv, nv))
+        mujoco.mj_fullM(m, d, M)
+        Aq = np.empty((nv, nv))
+        Av = np.empty((nv, nv))
+        for i, s in enumerate(self._steps(qn)):
+            e = np.zeros(nv)
+            e[i] = s
+            Aq[:, i] = (self._rigid_terms(self._plus(qn, e), vn, a) - rho0) / s
+        for i in range(nv):
+            s = _SQRT_EPS * max(1.0, abs(vn[i]))
+            vp = vn.copy()
+            vp[i] += s
+            Av[:, i] = (self._rigid_terms(qn, vp, a) - rho0) / s
+        Av += M / h
+        if self.contact is not None:
+            d.qpos[:] = qn
+            cf = self.contact.forces(d, vn, derivative=True)
+            F0 = cf.generalized
+            Av -= cf.dforce_dv
+            # No pair within φ_max: a √ε perturbation cannot bring one in with more than a
+            # √ε force, so ∂F/∂q' = 0 to finite-difference accuracy (skip nv contact queries).
+            for i, s in enumerate(self._steps(qn) if cf.gamma.shape[0] else ()):
+                e = np.zeros(nv)
+                e[i] = s
+                d.qpos[:] = self._plus(qn, e)
+                Aq[:, i] -= (self.contact.forces(d, vn).generalized - F0) / s
+        if t >= 2:
+            out[0] = -M @ dvdq_prev[t] / h
+        if t >= 1:
+            out[1] = Av @ dvdq_next[t + 1] - M @ dvdq_cur[t] / h
+        out[2] = Aq + Av @ dvdq_cur[t + 1]
+        return out
+
     def _tau_jac(self, t, q, v, dvdq_prev):
         """Blocks ∂τ_t/∂(q_{t−1}, q_t, q_{t+1}) (3, nv, nv); zero for fixed configurations.
 
@@ -529,21 +602,31 @@ class IDTOProblem:
         Jq = np.empty((T, nv, nv))
         Jv = np.zeros((T, 2, nv, nv))
         dvdq_prev = np.zeros((T + 1, nv, nv))  # ∂v_t/∂q_{t−1}
+        dvdq_cur = np.zeros((T + 1, nv, nv))  # ∂v_t/∂q_t
+        dvdq_back = np.zeros((T + 1, nv, nv))  # ∂v_t/∂q_{t−1}, also for t = 1 (q_0 fixed but needed by τ_0's chain rule)
         for t in range(1, T + 1):
             _, Jq[t - 1] = self._diff_jac(self.q_nom[t], q[t], 1.0, False, True)
-            J0, J1 = self._diff_jac(q[t - 1], q[t], self.h, t >= 2, True)
+            J0, J1 = self._diff_jac(q[t - 1], q[t], self.h, True, True)
+            dvdq_back[t] = J0
             if t >= 2:
                 dvdq_prev[t] = J0
                 Jv[t - 1, 0] = J0
             Jv[t - 1, 1] = J1
+            dvdq_cur[t] = J1
         wq = np.vstack([np.broadcast_to(self._wq, (T - 1, nv)), self._wqf[None]]) if T > 1 else self._wqf[None]
         wv = np.vstack([np.broadcast_to(self._wv, (T - 1, nv)), self._wvf[None]]) if T > 1 else self._wvf[None]
         Jq *= wq[:, :, None]
         Jv *= wv[:, None, :, None]
-        if self._pool is not None:
-            blocks = list(self._pool.map(lambda t: self._tau_jac(t, q, tr.v, dvdq_prev), range(T)))
+        if self.backend == "compliant" and self.analytic_chain_rule:
+            def job(t):
+                return self._tau_jac_compliant(t, q, tr.v, dvdq_prev, dvdq_cur, dvdq_back)
         else:
-            blocks = [self._tau_jac(t, q, tr.v, dvdq_prev) for t in range(T)]
+            def job(t):
+                return self._tau_jac(t, q, tr.v, dvdq_prev)
+        if self._pool is not None:
+            blocks = list(self._pool.map(job, range(T)))
+        else:
+            blocks = [job(t) for t in range(T)]
         dtau = np.asarray(blocks)
         Jtau = np.einsum("mn,tknv->tkmv", self._Wtau, dtau)
         t2 = time.perf_counter()

@@ -364,10 +364,16 @@ class IDTOSolver:
         r = np.concatenate([lin.r[:off], rt.ravel()])
         return Linearization(r, lin.Jq, lin.Jv, lin.Jtau[:, :, :nv], lin.times, lin.tau, lin.dtau)
 
-    def _evaluate(self, q):
-        """``(L, h)`` at ``q``: the cost (without penalty rows in constrained mode) and ``Zᵀτ`` stacked."""
+    def _evaluate(self, q, tr=None):
+        """``(L, h)`` at ``q``: the cost (without penalty rows in constrained mode) and ``Zᵀτ`` stacked.
+
+        The trajectory of the last evaluated point is kept in ``self._last`` (``(q, tr)``) so that
+        the end of :meth:`solve` does not evaluate the accepted point's inverse dynamics again.
+        """
         pr = self.problem
-        tr = pr._trajectory(q)
+        if tr is None:
+            tr = pr._trajectory(q)
+        self._last = (q, tr)
         r = pr._residuals(tr)
         if self.constrained and pr.m_tau > pr.nv:
             off = 2 * (pr.T + 1) * pr.nv
@@ -495,8 +501,9 @@ class IDTOSolver:
         else:
             k = iters
         self.trust_radius = radius
-        tr = pr._trajectory(q)
-        final_cost, _ = self._evaluate(q)
+        last = getattr(self, "_last", None)
+        tr = last[1] if (last is not None and last[0] is q) else pr._trajectory(q)
+        final_cost, _ = self._evaluate(q, tr)
         return SolverResult(q, tr.v, tr.tau, tr.contact, final_cost, status, k, log, radius,
                             time.perf_counter() - t_start)
 

@@ -1,0 +1,317 @@
+"""IDTO as an MPC planner: one warm-started trust-region iteration per update, spline + PD policy.
+
+The seed paper's contact-implicit MPC (section VI-D):
+
+* the first plan (:meth:`IDTOPlanner.reset`) runs the solver for ``initial_iterations``;
+* every later update (:meth:`IDTOPlanner.update`) measures ``(q, v)`` at time ``t``,
+  resamples the previous solution at the new knot times ``t + k h`` (``k = 0 … T``) with
+  ``q_guess[0] = q`` (the fixed initial configuration), optionally re-anchors the nominal
+  trajectory at the measured state, and runs ``iterations_per_update`` (default 1)
+  iterations keeping the trust radius (:meth:`~contactopt.idto.IDTOSolver.warm_start`);
+* the plan becomes cubic splines (C², :class:`scipy.interpolate.CubicSpline`) of ``q``,
+  ``v`` and the feedforward control ``u_ff``, tracked between updates at the plant rate by
+  :class:`IDTOPolicy`::
+
+      u(t, x) = clip( u_ff(t) + G⁺ [K_p (q_d(t) ⊖ q) + K_d (v_d(t) − v)],  u_min, u_max ),
+
+  where ``G = ∂qfrc_actuator/∂ctrl (nv, nu)`` (gears included) and ``G⁺`` its
+  pseudo-inverse, ``u_ff = G⁺ τ`` (the actuated part of the planned generalized force
+  mapped to controls), and ``K_p = Ĝ diag(k_p) Ĝᵀ`` with ``Ĝ`` the column-normalized
+  ``G`` — i.e. ``k_p (nu,)`` [N·m/rad or N/m] is a stiffness *along each actuator's own
+  generalized direction* (for a joint motor: the joint), so the gear is divided out and
+  the same gains fit a gear-1 and a gear-100 motor.
+
+The plant is MuJoCo with its own contact; the compliant contact model is only the
+planner's.  A failed update (exception, non-finite plan, failed factorization, a cost
+blow-up beyond ``divergence_factor``) returns ``PlannerUpdate(None, message=why)``: the runner keeps the last good
+policy, and the next update warm-starts from the last good plan again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import mujoco
+import numpy as np
+from scipy.interpolate import CubicSpline
+
+from ..errors import ContactoptError, ParameterError, as_array
+from ..idto import IDTOProblem, IDTOSolver, SolverOptions, SolverResult, SolverStatus
+from ..model import actuation_map
+from .policy import Policy
+from .runner import PlannerUpdate
+
+__all__ = ["IDTOPolicy", "IDTOPlanner", "resample_trajectory", "feedforward_controls"]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def resample_trajectory(model: mujoco.MjModel, q, t_old: float, h: float, t_new: float) -> np.ndarray:
+    """Resample a knot trajectory ``q (T+1, nq)`` at times ``t_old + k h`` onto ``t_new + k h``.
+
+    Piecewise-linear on the configuration manifold, ``q(s) = q_i ⊕ w (q_{i+1} ⊖ q_i)`` with
+    ``s = (t_new + k h − t_old)/h = i + w``; before the first knot ``q_0`` and after the
+    last knot ``q_T`` are held.  Returns a new ``(T+1, nq)`` array (quaternions normalized).
+    """
+    q = np.asarray(q, dtype=float)
+    T = q.shape[0] - 1
+    out = np.empty_like(q)
+    dq = np.empty(model.nv)
+    shift = (t_new - t_old) / h
+    for k in range(T + 1):
+        s = k + shift
+        if s <= 0:
+            out[k] = q[0]
+            continue
+        if s >= T:
+            out[k] = q[T]
+            continue
+        i = int(s)
+        w = s - i
+        out[k] = q[i]
+        if w > 0:
+            mujoco.mj_differentiatePos(model, dq, 1.0, q[i], q[i + 1])
+            mujoco.mj_integratePos(model, out[k], dq, w)
+    return out
+
+
+def feedforward_controls(control_gain: np.ndarray, tau) -> np.ndarray:
+    """``u_ff = G⁺ τ`` for ``tau (T, nv)``: the controls whose actuator forces best realize τ.
+
+    For plain motors ``G = B diag(gain)`` and ``G⁺ τ`` picks ``τ_j / gear_j`` on each
+    motor's joint; the unactuated part of ``τ`` (in the null space of ``Gᵀ``) is dropped.
+    Returns ``(T, nu)``.
+    """
+    return np.asarray(tau, dtype=float) @ np.linalg.pinv(control_gain).T
+
+
+# --------------------------------------------------------------------------- policy
+
+
+class IDTOPolicy(Policy):
+    """Cubic-spline plan tracked by PD + feedforward (module docstring).
+
+    Args:
+      model: model of the plant's configuration space (``nq``, ``nv``, ``nu`` and actuation).
+      t0: time [s] of the plan's first knot (the state it was planned from).
+      timestep: knot spacing ``h`` [s].
+      q: ``(T+1, nq)`` planned configurations; v: ``(T+1, nv)`` planned velocities [1/s];
+      u_ff: ``(T, nu)`` feedforward controls, ``u_ff[t]`` at knot ``t`` (the last one is
+        repeated at knot ``T``).
+      kp, kd: ``(nu,)`` (or scalar) stiffness [N·m/rad] and damping [N·m·s/rad] along each
+        actuator's generalized direction (see the module docstring).
+      lower, upper: ``(nu,)`` control limits (default: the model's ctrlrange where limited).
+
+    After the last knot ``q_d``, ``v_d`` and ``u_ff`` are held at their final values; before
+    ``t0`` the first knot is used.  ``control(t, None)`` is the clipped feedforward.
+    """
+
+    def __init__(self, model: mujoco.MjModel, t0: float, timestep: float, q, v, u_ff, kp=0.0, kd=0.0,
+                 lower=None, upper=None):
+        if not (math.isfinite(timestep) and timestep > 0):
+            raise ParameterError(f"IDTOPolicy: timestep must be positive, got {timestep!r}")
+        self.model = model
+        self.t0 = float(t0)
+        self.h = float(timestep)
+        nq, nv, nu = model.nq, model.nv, model.nu
+        self.nq, self.nv, self.nu = nq, nv, nu
+        self.q = as_array("q", q, (None, nq))
+        T = self.q.shape[0] - 1
+        if T < 1:
+            raise ParameterError("IDTOPolicy: a plan needs at least two knots")
+        self.v = as_array("v", v, (T + 1, nv))
+        self.u = as_array("u_ff", u_ff, (T, nu))
+        self.T = T
+        G = actuation_map(model).control_gain  # (nv, nu)
+        self.G_pinv = np.linalg.pinv(G)  # (nu, nv)
+        norms = np.linalg.norm(G, axis=0)
+        Ghat = G / np.where(norms > 0, norms, 1.0)
+        kp = np.broadcast_to(np.asarray(kp, dtype=float), (nu,))
+        kd = np.broadcast_to(np.asarray(kd, dtype=float), (nu,))
+        if np.any(kp < 0) or np.any(kd < 0) or not (np.isfinite(kp).all() and np.isfinite(kd).all()):
+            raise ParameterError(f"IDTOPolicy: gains must be finite and >= 0, got kp={kp}, kd={kd}")
+        # u feedback = G⁺ Ĝ diag(k) Ĝᵀ e  →  precomputed (nu, nv) matrices
+        self.Kp = self.G_pinv @ Ghat @ np.diag(kp) @ Ghat.T
+        self.Kd = self.G_pinv @ Ghat @ np.diag(kd) @ Ghat.T
+        lo_m = np.where(model.actuator_ctrllimited.astype(bool), model.actuator_ctrlrange[:, 0], -np.inf)
+        hi_m = np.where(model.actuator_ctrllimited.astype(bool), model.actuator_ctrlrange[:, 1], np.inf)
+        self.lower = lo_m if lower is None else np.broadcast_to(np.asarray(lower, float), (nu,))
+        self.upper = hi_m if upper is None else np.broadcast_to(np.asarray(upper, float), (nu,))
+        knots = self.h * np.arange(T + 1)
+        Y = np.concatenate([self.q, self.v, np.vstack([self.u, self.u[-1:]])], axis=1)  # (T+1, nq+nv+nu)
+        self._spline = CubicSpline(knots, Y, axis=0, bc_type="not-a-knot")
+        self._dq = np.empty(nv)
+        self._qd = np.empty(nq)
+
+    @property
+    def horizon_time(self) -> float:
+        """Seconds covered by the plan (``T h``)."""
+        return self.T * self.h
+
+    def reference(self, t: float):
+        """``(q_d (nq,), v_d (nv,), u_ff (nu,))`` of the splines at time ``t`` (clamped to the plan)."""
+        s = min(max(t - self.t0, 0.0), self.T * self.h)
+        y = self._spline(s)
+        nq, nv = self.nq, self.nv
+        qd = y[:nq].copy()
+        mujoco.mj_normalizeQuat(self.model, qd)
+        return qd, y[nq:nq + nv], y[nq + nv:]
+
+    def feedforward(self, t: float) -> np.ndarray:
+        return np.clip(self.reference(t)[2], self.lower, self.upper)
+
+    def control(self, t: float, x) -> np.ndarray:
+        qd, vd, u = self.reference(t)
+        if x is not None:
+            nq, nv = self.nq, self.nv
+            mujoco.mj_differentiatePos(self.model, self._dq, 1.0, x[:nq], qd)  # q_d ⊖ q
+            u = u + self.Kp @ self._dq + self.Kd @ (vd - x[nq:nq + nv])
+        return np.clip(u, self.lower, self.upper)
+
+
+# --------------------------------------------------------------------------- planner
+
+
+NominalFn = Callable[[float, np.ndarray], tuple]
+
+
+class IDTOPlanner:
+    """Receding-horizon IDTO (implements the runner's ``Planner`` protocol).
+
+    Args:
+      problem: the :class:`~contactopt.idto.IDTOProblem` (its model has the plant's
+        ``nq``/``nv``/``nu``; its ``q_init``/``v_init`` and nominal are overwritten at every update).
+      plant_model: model for the policy's actuation and control limits (default ``problem.model``).
+      options: :class:`~contactopt.idto.SolverOptions` (convergence tests off for MPC updates
+        is typical; ``initial_iterations`` caps the first solve).
+      initial_iterations: iterations of the first plan (:meth:`reset`).
+      iterations_per_update: iterations per MPC update (≥ 1; the paper uses 1).
+      nominal: optional ``nominal(t, x) -> (q_nom, v_nom)`` re-anchoring the target at the
+        measured state ``x = [qpos, qvel]`` (arrays as :meth:`IDTOProblem.set_nominal` takes;
+        ``v_nom`` may be None).  Called at every update and at :meth:`reset`.
+      initial_guess: optional ``initial_guess(t, x) -> q (T+1, nq)`` for :meth:`reset`
+        (default: ``q`` held constant).  Row 0 is replaced by the measured ``q``.
+      kp, kd: policy gains (``(nu,)`` or scalar, see :class:`IDTOPolicy`).
+      divergence_factor: an update whose planned cost exceeds this times the previous
+        plan's cost *and* is not finite-improving is treated as diverged (∞ = never).
+
+    Breakdown reported per update (seconds): ``derivatives`` (residual + Jacobian),
+    ``factorization`` (Hessian assembly, Cholesky, dogleg), ``rest`` (trial evaluation,
+    resampling, splines).
+    """
+
+    def __init__(self, problem: IDTOProblem, *, plant_model: mujoco.MjModel | None = None,
+                 options: SolverOptions | None = None, initial_iterations: int = 30,
+                 iterations_per_update: int = 1, nominal: NominalFn | None = None,
+                 initial_guess: Callable | None = None, kp=0.0, kd=0.0,
+                 divergence_factor: float = math.inf):
+        if not isinstance(problem, IDTOProblem):
+            raise ParameterError(f"IDTOPlanner: problem must be an IDTOProblem, got {type(problem).__name__}")
+        for name, v in (("initial_iterations", initial_iterations), ("iterations_per_update", iterations_per_update)):
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
+        if options is None:
+            options = SolverOptions(convergence=None)
+        self.problem = problem
+        self.solver = IDTOSolver(problem, options)
+        self.model = problem.model if plant_model is None else plant_model
+        if (self.model.nq, self.model.nv) != (problem.nq, problem.nv):
+            raise ParameterError(f"IDTOPlanner: plant model (nq {self.model.nq}, nv {self.model.nv}) does not "
+                                 f"match the problem's (nq {problem.nq}, nv {problem.nv})")
+        self.initial_iterations = int(initial_iterations)
+        self.iterations_per_update = int(iterations_per_update)
+        self.nominal = nominal
+        self.initial_guess = initial_guess
+        self.kp, self.kd = kp, kd
+        self.divergence_factor = float(divergence_factor)
+        self.h, self.T = problem.h, problem.T
+        self.control_gain = actuation_map(self.model).control_gain
+        self.result: SolverResult | None = None
+        self.t_plan = 0.0
+        self.policy: IDTOPolicy | None = None
+
+    # ------------------------------------------------------------------ pieces
+
+    def _measure(self, t, x):
+        nq, nv = self.problem.nq, self.problem.nv
+        x = as_array("x", x, (None,))
+        if x.size < nq + nv:
+            raise ParameterError(f"IDTOPlanner: state has {x.size} entries, needs qpos + qvel = {nq + nv}")
+        q, v = x[:nq].copy(), x[nq:nq + nv].copy()
+        self.problem.set_initial_state(q, v)
+        if self.nominal is not None:
+            qn, vn = self.nominal(float(t), x)
+            self.problem.set_nominal(qn, vn)
+        return self.problem.q_init
+
+    def shifted_guess(self, t: float, q_meas) -> np.ndarray:
+        """The previous plan resampled at ``t + k h`` with row 0 the measured ``q_meas``."""
+        if self.result is None:
+            raise ContactoptError("IDTOPlanner: no previous plan to shift (call reset first)")
+        q = resample_trajectory(self.problem.model, self.result.q, self.t_plan, self.h, t)
+        q[0] = q_meas
+        return q
+
+    def _breakdown(self, res: SolverResult, total: float) -> dict:
+        deriv = sum(lg.times.get("residual", 0.0) + lg.times.get("jacobian", 0.0) for lg in res.log)
+        fact = sum(lg.times.get("assemble", 0.0) + lg.times.get("factor", 0.0) for lg in res.log)
+        return {"derivatives": deriv, "factorization": fact, "rest": max(total - deriv - fact, 0.0)}
+
+    def _finish(self, t: float, res: SolverResult, start: float) -> PlannerUpdate:
+        ok, why = True, res.status.value
+        if res.status is SolverStatus.TRUST_REGION_COLLAPSED:
+            # no decrease found: the plan is still the best known (finite, checked below), but a
+            # collapsed radius would freeze every later warm start, so it restarts at Δ_0.
+            self.solver.trust_radius = self.solver.options.initial_radius
+        if res.status is SolverStatus.FACTORIZATION_FAILED:
+            ok, why = False, f"IDTO {res.status.value}"
+        elif not (np.isfinite(res.q).all() and np.isfinite(res.v).all() and np.isfinite(res.tau).all()
+                  and math.isfinite(res.cost)):
+            ok, why = False, "IDTO plan is not finite"
+        elif (self.result is not None and math.isfinite(self.divergence_factor)
+              and res.cost > self.divergence_factor * max(self.result.cost, 1e-12)):
+            ok, why = False, f"IDTO diverged: cost {res.cost:.4g} > {self.divergence_factor:g} × {self.result.cost:.4g}"
+        if not ok:
+            # next update restarts from the last good plan with a fresh trust radius
+            self.solver.trust_radius = self.solver.options.initial_radius
+            wall = time.perf_counter() - start
+            return PlannerUpdate(None, float(res.cost), res.iterations, wall, self._breakdown(res, wall), why)
+        policy = IDTOPolicy(self.model, t, self.h, res.q, res.v,
+                            feedforward_controls(self.control_gain, res.tau), self.kp, self.kd)
+        self.result, self.t_plan, self.policy = res, float(t), policy
+        wall = time.perf_counter() - start
+        return PlannerUpdate(policy, float(res.cost), res.iterations, wall, self._breakdown(res, wall), why)
+
+    # ------------------------------------------------------------------ protocol
+
+    def reset(self, t: float, x) -> PlannerUpdate:
+        """First plan from state ``x`` at time ``t`` (``initial_iterations`` iterations, fresh radius)."""
+        start = time.perf_counter()
+        try:
+            q0 = self._measure(t, x)
+            if self.initial_guess is not None:
+                qg = as_array("initial_guess", self.initial_guess(float(t), np.asarray(x)),
+                              (self.T + 1, self.problem.nq)).copy()
+            else:
+                qg = np.tile(q0, (self.T + 1, 1))
+            qg[0] = q0
+            res = self.solver.solve(qg, max_iterations=self.initial_iterations)
+        except (ContactoptError, FloatingPointError, np.linalg.LinAlgError) as exc:
+            return PlannerUpdate(None, compute_time=time.perf_counter() - start, message=f"IDTO reset failed: {exc}")
+        return self._finish(t, res, start)
+
+    def update(self, t: float, x) -> PlannerUpdate:
+        """One receding-horizon update from the state ``x`` measured at time ``t``."""
+        if self.result is None:
+            return self.reset(t, x)
+        start = time.perf_counter()
+        try:
+            q0 = self._measure(t, x)
+            qg = self.shifted_guess(t, q0)
+            res = self.solver.warm_start(qg, max_iterations=self.iterations_per_update)
+        except (ContactoptError, FloatingPointError, np.linalg.LinAlgError) as exc:
+            return PlannerUpdate(None, compute_time=time.perf_counter() - start, message=f"IDTO update failed: {exc}")
+        return self._finish(t, res, start)

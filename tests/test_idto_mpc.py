@@ -1,0 +1,171 @@
+"""IDTO contact-implicit MPC: spline + PD policy, warm-start shifting, failed updates, a closed loop."""
+
+import math
+
+import mujoco
+import numpy as np
+import pytest
+
+from contactopt.idto import IDTOProblem, SolverOptions, SolverResult, SolverStatus
+from contactopt.model import actuation_map, load_model
+from contactopt.mpc import MPCSettings, PlannerUpdate, run_mpc
+from contactopt.mpc.idto_planner import IDTOPlanner, IDTOPolicy, feedforward_controls, resample_trajectory
+
+
+def _random_plan(rng, m, T=6):
+    q = rng.normal(size=(T + 1, m.nq))
+    v = rng.normal(size=(T + 1, m.nv))
+    u = rng.normal(size=(T, m.nu))
+    return q, v, u
+
+
+def test_policy_matches_brute_force_at_knots_and_is_c2(rng):
+    m = load_model("hopper")  # gears 100 / 150: the gains must be divided by the gear
+    q, v, u = _random_plan(rng, m)
+    h, t0 = 0.05, 1.3
+    kp, kd = np.array([30.0, 50.0]), np.array([3.0, 4.0])
+    pol = IDTOPolicy(m, t0, h, q, v, u, kp, kd, lower=-np.inf, upper=np.inf)
+    gear = m.actuator_gear[:, 0]
+    dofs = m.jnt_dofadr[m.actuator_trnid[:, 0]]
+    for k in range(q.shape[0]):
+        x = np.concatenate([q[k] + rng.normal(scale=0.1, size=m.nq), v[k] + rng.normal(size=m.nv)])
+        uk = u[min(k, u.shape[0] - 1)]
+        # brute force: u = u_ff + (kp (q_d − q) + kd (v_d − v)) / gear on each motor's joint
+        want = uk + (kp * (q[k, dofs] - x[dofs]) + kd * (v[k, dofs] - x[m.nq + dofs])) / gear
+        np.testing.assert_allclose(pol.control(t0 + k * h, x), want, atol=1e-10)
+        qd, vd, uff = pol.reference(t0 + k * h)
+        np.testing.assert_allclose(qd, q[k], atol=1e-12)
+        np.testing.assert_allclose(vd, v[k], atol=1e-12)
+    # C²: second derivative continuous across an interior knot
+    s = pol._spline
+    eps = 1e-9
+    for k in (2, 3):
+        np.testing.assert_allclose(s(k * h - eps, 2), s(k * h + eps, 2), rtol=1e-5, atol=1e-6)
+    # clamped before / after the plan; control limits applied; feedforward without state
+    np.testing.assert_allclose(pol.reference(t0 - 1.0)[0], q[0])
+    np.testing.assert_allclose(pol.reference(t0 + 99.0)[0], q[-1])
+    lim = IDTOPolicy(m, t0, h, q, v, 50 * u, kp, kd)
+    assert np.all(np.abs(lim.control(t0 + 0.07, np.concatenate([q[1], v[1]]))) <= 1.0)
+    np.testing.assert_allclose(lim.feedforward(t0), np.clip(50 * u[0], -1, 1))
+
+
+def test_feedforward_controls_divide_out_the_gear():
+    m = load_model("hopper")
+    tau = np.array([[1.0, 2.0, 3.0, 200.0, 300.0]])
+    np.testing.assert_allclose(feedforward_controls(actuation_map(m).control_gain, tau), [[2.0, 2.0]])
+
+
+def test_resample_trajectory_linear_and_held():
+    m = load_model("acrobot")
+    q = np.column_stack([np.arange(5.0), -np.arange(5.0)])
+    out = resample_trajectory(m, q, 0.0, 0.1, 0.25)  # shift 2.5 knots
+    np.testing.assert_allclose(out[:3, 0], [2.5, 3.5, 4.0])
+    np.testing.assert_allclose(out[3:, 0], 4.0)
+
+
+def _acrobot_planner(**kw):
+    m = load_model("acrobot")
+    pr = IDTOProblem(m, 10, 0.05, m.qpos0, Qq=1.0, Qv=0.1, Qf_q=10.0, Qf_v=1.0, R=0.01, unactuated_penalty=10.0,
+                     q_nom=np.array([0.3, 0.0]))
+    return m, IDTOPlanner(pr, initial_iterations=5, kp=10.0, kd=1.0, **kw)
+
+
+def test_warm_start_shift_keeps_measured_q_and_trust_radius():
+    m, pl = _acrobot_planner()
+    x = np.array([0.0, 0.0, 0.0, 0.0])
+    assert pl.reset(0.0, x).policy is not None
+    old = pl.result.q.copy()
+    radius = pl.solver.trust_radius
+    x1 = np.array([0.02, -0.01, 0.1, 0.0])
+    guess = pl.shifted_guess(0.12, x1[:2])
+    np.testing.assert_array_equal(guess[0], x1[:2])
+    np.testing.assert_allclose(guess[1], resample_trajectory(m, old, 0.0, 0.05, 0.12)[1])
+    calls = {}
+    orig = pl.solver.warm_start
+
+    def spy(q_guess, **kw):
+        calls["q0"] = q_guess[0].copy()
+        calls["radius"] = pl.solver.trust_radius
+        return orig(q_guess, **kw)
+
+    pl.solver.warm_start = spy
+    upd = pl.update(0.12, x1)
+    assert upd.policy is not None and upd.iterations == 1
+    np.testing.assert_array_equal(calls["q0"], x1[:2])
+    assert calls["radius"] == radius
+    np.testing.assert_array_equal(pl.result.q[0], x1[:2])
+    np.testing.assert_array_equal(pl.problem.v_init, x1[2:])
+    assert pl.t_plan == 0.12
+    assert set(upd.breakdown) == {"derivatives", "factorization", "rest"}
+
+
+def test_failed_update_keeps_the_old_plan():
+    m, pl = _acrobot_planner()
+    x = np.zeros(4)
+    first = pl.reset(0.0, x)
+    good, t_good = pl.result, pl.t_plan
+
+    def broken(q_guess, **kw):
+        q = np.array(q_guess, dtype=float)
+        q[1:] = np.nan
+        return SolverResult(q, np.full((q.shape[0], 2), np.nan), np.zeros((q.shape[0] - 1, 2)),
+                            np.zeros((q.shape[0] - 1, 2)), math.nan, SolverStatus.MAX_ITERATIONS, 1, [], 0.1, 0.0)
+
+    pl.solver.warm_start = broken
+    upd = pl.update(0.05, x)
+    assert isinstance(upd, PlannerUpdate) and upd.policy is None and "finite" in upd.message
+    assert pl.result is good and pl.t_plan == t_good and pl.policy is first.policy
+
+    def factor_failed(q_guess, **kw):
+        return SolverResult(np.asarray(q_guess), np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1.0,
+                            SolverStatus.FACTORIZATION_FAILED, 1, [], 0.1, 0.0)
+
+    pl.solver.warm_start = factor_failed
+    upd = pl.update(0.05, x)
+    assert upd.policy is None and "factorization" in upd.message and pl.result is good
+
+    def diverged(q_guess, **kw):
+        q = np.asarray(q_guess)
+        return SolverResult(q, np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1e9 * (good.cost + 1),
+                            SolverStatus.MAX_ITERATIONS, 1, [], 0.1, 0.0)
+
+    pl.solver.warm_start = diverged
+    pl.divergence_factor = 1e3
+    upd = pl.update(0.05, x)
+    assert upd.policy is None and "diverged" in upd.message and pl.result is good
+    assert pl.solver.trust_radius == pl.solver.options.initial_radius
+
+    def raises(q_guess, **kw):
+        raise FloatingPointError("overflow")
+
+    pl.solver.warm_start = raises
+    upd = pl.update(0.05, x)
+    assert upd.policy is None and "overflow" in upd.message and pl.result is good
+
+
+def test_planner_rejects_bad_arguments():
+    from contactopt.errors import ParameterError
+    m, pl = _acrobot_planner()
+    with pytest.raises(ParameterError):
+        IDTOPlanner("not a problem")
+    with pytest.raises(ParameterError):
+        IDTOPlanner(pl.problem, iterations_per_update=0)
+    with pytest.raises(ParameterError):
+        IDTOPolicy(m, 0.0, 0.05, np.zeros((3, 2)), np.zeros((3, 2)), np.zeros((2, 1)), kp=-1.0)
+
+
+def test_tasks_registered():
+    from contactopt.tasks import load_task
+    for name in ("spinner", "hopper", "acrobot"):
+        assert "idto" in load_task(name).planners
+
+
+@pytest.mark.slow
+def test_spinner_closed_loop_turns_the_spinner():
+    """Sync mode, fixed lag: the finger must push the damped spinner forward (contact-implicit)."""
+    from contactopt.tasks.idto_tasks import SPINNER, run_idto_task
+    res, plant, x0 = run_idto_task(SPINNER, seconds=1.2, seed=0, lag=0.005, update_period=0.04,
+                                   initial_iterations=40)
+    assert res.failed_updates == 0
+    gained = res.qpos[-1, 2] - x0[2]
+    assert gained > 0.4, gained
