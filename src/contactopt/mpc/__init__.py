@@ -3,9 +3,12 @@
 * :func:`run_mpc` — receding-horizon control of a MuJoCo plant, synchronous (seeded,
   lag modeled) or asynchronous (planner and plant threads, real-time pacing).
 * :class:`ILQGPlanner` — iLQG with warm starts and feedback policies.
+* :class:`IDTOPlanner` — IDTO, one trust-region iteration per update, with a
+  cubic-spline + PD policy (:class:`IDTOPolicy`).
 * :class:`TrajectoryPolicy` — ``u = Ū(t) + K(t)(x ⊖ X̄(t))`` between updates.
 """
 
+from .idto_planner import IDTOPlanner, IDTOPolicy
 from .ilqg_planner import ILQGPlanner
 from .policy import ConstantPolicy, Policy, TrajectoryPolicy
 from .runner import (
@@ -21,5 +24,5 @@ from .runner import (
 )
 
 __all__ = ["run_mpc", "MPCSettings", "MPCResult", "Planner", "PlannerUpdate", "UpdateRecord", "Push",
-           "perturb_model", "find_min_slowdown", "ILQGPlanner", "Policy", "TrajectoryPolicy",
+           "perturb_model", "find_min_slowdown", "ILQGPlanner", "IDTOPlanner", "IDTOPolicy", "Policy", "TrajectoryPolicy",
            "ConstantPolicy"]
