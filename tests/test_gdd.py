@@ -603,3 +603,52 @@ def test_result_log_and_warm_start():
     cold = solver.solve(d, cost)
     assert np.allclose(cold.qacc, first.qacc, atol=1e-8)
     assert K.ST_NSTAT == len(solver._stats)
+
+
+def test_spring_damper_fast_path_matches_generic_targets():
+    """The compiled spring-damper residual equals the generic FrameState path (capped and not)."""
+    m, d = humanoid_standing()
+    d.qvel[:] = np.random.default_rng(3).normal(scale=0.3, size=m.nv)
+    mujoco.mj_forward(m, d)
+    problem = GDDSolver(m).problem(d)
+
+    class Generic:  # same law, but a plain callable: takes the FrameState path
+        def __init__(self, sd):
+            self.sd, self.dim = sd, 3
+
+        def __call__(self, frame):
+            return self.sd(frame)
+
+    for cap in (None, 0.5):
+        sd = SpringDamper(d.site_xpos[4] + 0.2, stiffness=30.0, max_acceleration=cap)
+        for make in (lambda t: EndEffectorAcceleration(m, site="right_hand", target=t),
+                     lambda t: EndEffectorAcceleration(m, body="left_foot", target=t),
+                     lambda t: CenterOfMassAcceleration(m, target=t),
+                     lambda t: CenterOfMassAcceleration(m, body="torso", target=t)):
+            fast, slow = make(sd).model(problem), make(Generic(sd)).model(problem)
+            assert np.allclose(fast.Ka, slow.Ka, atol=1e-14)
+            assert np.allclose(fast.e, slow.e, rtol=1e-12, atol=1e-12)
+    sd.position = [0.1, 0.2, 0.3]  # assignable, validated
+    assert sd.position.dtype == float and sd.position.shape == (3,)
+    with pytest.raises(Exception):
+        sd.position = [0.0, 1.0]
+
+
+def test_workspace_is_reused_across_states_with_different_constraint_counts():
+    """The kernel workspace grows for more constraint rows and is reused for fewer (same results)."""
+    m, d = humanoid_standing()
+    cost, _, _ = reach_cost(m, d)
+    d_air = mujoco.MjData(m)
+    d_air.qpos[:] = d.qpos
+    d_air.qpos[2] += 0.5
+    mujoco.mj_forward(m, d_air)
+    solver = GDDSolver(m, warm_start=False)
+    air = solver.solve(d_air, cost)  # small workspace
+    ground = solver.solve(d, cost)  # grown
+    air_again = solver.solve(d_air, cost)  # the larger workspace reused
+    fresh = GDDSolver(m, warm_start=False).solve(d, cost)
+    assert ground.nefc > air.nefc
+    assert all(r.converged for r in (air, ground, air_again, fresh))
+    assert np.allclose(ground.qacc, fresh.qacc, rtol=0, atol=1e-10)
+    assert np.allclose(air_again.qacc, air.qacc, rtol=0, atol=1e-10)
+    assert np.allclose(ground.ctrl, fresh.ctrl, rtol=0, atol=1e-10)

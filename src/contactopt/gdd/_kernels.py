@@ -70,6 +70,7 @@ STATUS_MAX_ITERATIONS = 1
 STATUS_MAX_DUAL_UPDATES = 2
 STATUS_STALLED = 3
 STATUS_NUMERICAL_ERROR = 4
+STATUS_WORKSPACE = 5  # internal: the workspace is too small (sizes in stats[ST_WS_*]); call again
 
 # float parameters
 PAR_PENALTY = 0
@@ -83,7 +84,15 @@ IPAR_MAX_DUAL = 1
 IPAR_EXACT_LS = 2  # 1: piecewise-quadratic sweep (pyramidal only), 0: 1-D Newton/bisection
 IPAR_NEWTON_DUAL = 3  # 1: second-order multiplier update, 0: first-order λ += ρ h
 IPAR_SCALES = 4  # 1: (re)compute penalty/violation scales, 0: use the given ones
-IPAR_NIPAR = 5
+IPAR_PATTERN = 5  # 1: (re)compute the sparsity of Ceq/Cbox, 0: the workspace holds it
+IPAR_NZ = 6  # sizes of the packed actuation: unactuated directions, box rows, controls
+IPAR_NB = 7
+IPAR_NC = 8
+IPAR_KM = 9  # sizes of the packed cost: mass terms, diagonal terms, rows, force rows
+IPAR_KD = 10
+IPAR_M1 = 11
+IPAR_M2 = 12
+IPAR_NIPAR = 13
 
 # statistics
 ST_STATUS = 0
@@ -98,7 +107,9 @@ ST_COST = 8
 ST_EVENTS = 9
 ST_LS_EVALS = 10
 ST_CLAMPED = 11
-ST_NSTAT = 12
+ST_WS_FLOAT = 12  # workspace lengths needed (with STATUS_WORKSPACE)
+ST_WS_INT = 13
+ST_NSTAT = 14
 
 # per-iteration log columns
 LOG_OBJECTIVE = 0
@@ -329,24 +340,86 @@ def com_bias(cdof_dot, qvel, ancestors, bodies, roots, mass, cvel, xipos, subtre
         out[c] /= total
 
 
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def spring_residual(jac, jacdot, qvel, pos, goal, k, b, cap, use_jacdot, out):
+    """Residual ``e = J̇ v − a*`` of a 3-row frame term (end effector, centre of mass) with a
+    :class:`~contactopt.gdd.costs.SpringDamper` position target.
+
+    ``a* = k (goal − pos) − b (jac v)`` (m/s²), scaled to norm ``cap`` when ``cap > 0``
+    and ``‖a*‖ > cap``.
+
+    Args:
+      jac: ``(3, nv)`` frame Jacobian J; jacdot: ``(3, nv)`` its time derivative J̇
+        (read only when ``gains[3] != 0``); qvel: ``(nv,)`` v;
+      pos, goal: ``(3,)`` frame and goal positions, m;
+      k [1/s²], b [1/s], cap [m/s²] or 0 (no cap): the spring-damper gains;
+      use_jacdot: nonzero to compute the bias ``J̇ v`` here.
+      out: ``(3,)``; on input the bias acceleration ``J̇ v`` when ``use_jacdot == 0``
+        (e.g. from :func:`com_bias`), on output the residual e.
+    """
+    nv = qvel.shape[0]
+    lin0 = 0.0
+    lin1 = 0.0
+    lin2 = 0.0
+    for r in range(3):
+        vel = 0.0
+        for j in range(nv):
+            vel += jac[r, j] * qvel[j]
+        x = k * (goal[r] - pos[r]) - b * vel
+        if r == 0:
+            lin0 = x
+        elif r == 1:
+            lin1 = x
+        else:
+            lin2 = x
+    if cap > 0.0:
+        n = math.sqrt(lin0 * lin0 + lin1 * lin1 + lin2 * lin2)
+        if n > cap:
+            sc = cap / n
+            lin0 *= sc
+            lin1 *= sc
+            lin2 *= sc
+    for r in range(3):
+        bias = out[r]
+        if use_jacdot != 0.0:
+            bias = 0.0
+            for j in range(nv):
+                bias += jacdot[r, j] * qvel[j]
+        out[r] = bias - (lin0 if r == 0 else (lin1 if r == 1 else lin2))
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def com_spring_residual(cdof_dot, qvel, ancestors, bodies, roots, mass, cvel, xipos, subtree_com,
+                        body, jac, goal, k, b, cap, out):
+    """Residual ``e = J̇_c v − a*`` of a centre-of-mass term with a spring-damper target:
+    :func:`com_bias` followed by :func:`spring_residual` at ``subtree_com[body]`` (one call)."""
+    com_bias(cdof_dot, qvel, ancestors, bodies, roots, mass, cvel, xipos, subtree_com, out)
+    spring_residual(jac, jac, qvel, subtree_com[body], goal, k, b, cap, 0.0, out)
+
+
 # ---------------------------------------------------------------- small dense linear algebra
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def cholesky(A, L):
-    """Lower Cholesky factor ``A = L Lᵀ`` (row-oriented); False if ``A`` is not SPD."""
+    """Lower Cholesky factor ``A = L Lᵀ`` from the lower triangle of ``A``; False if not SPD.
+
+    Row-by-row (Cholesky-Crout): ``L_ij = (A_ij − Σ_{k<j} L_ik L_jk) / L_jj``, each
+    sum a contiguous dot product of two rows of ``L``; no allocation.  ``L`` must
+    not alias ``A``; its strict upper triangle is set to zero.
+    """
     n = A.shape[0]
     for i in range(n):
         for j in range(i + 1):
             s = A[i, j]
             for k in range(j):
                 s -= L[i, k] * L[j, k]
-            if i == j:
+            if j < i:
+                L[i, j] = s / L[j, j]
+            else:
                 if not s > 0.0:
                     return False
                 L[i, i] = math.sqrt(s)
-            else:
-                L[i, j] = s / L[j, j]
         for j in range(i + 1, n):
             L[i, j] = 0.0
     return True
@@ -382,17 +455,6 @@ def _lower_solve_rows(L, X):
         inv = 1.0 / L[i, i]
         for j in range(m):
             X[i, j] *= inv
-
-
-@njit(cache=True, fastmath=FM, error_model="numpy")
-def _lower_inverse(L):
-    """``L⁻¹`` of a lower-triangular matrix (row-oriented forward substitution)."""
-    n = L.shape[0]
-    X = np.zeros((n, n))
-    for i in range(n):
-        X[i, i] = 1.0
-    _lower_solve_rows(L, X)
-    return X
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
@@ -457,7 +519,7 @@ def _smatvec(C, idx, nnz, x, out):
 # ---------------------------------------------------------------- problem bundle
 
 Prob = namedtuple("Prob", [
-    "M", "LM", "LMi", "c", "J", "aref", "D", "R", "floss", "kind", "cdim", "cmu", "cfric",
+    "M", "LM", "c", "J", "aref", "D", "R", "floss", "kind", "cdim", "cmu", "cfric",
     "jnz", "jnnz", "Ceq", "ce_idx", "ce_nnz", "Cbox", "cb_idx", "cb_nnz", "lo", "hi",
     "rho_e", "rho_b", "sc_e", "sc_b", "Q", "q", "Ka2", "Kf2", "e2",
 ])
@@ -465,20 +527,28 @@ Prob = namedtuple("Prob", [
 Work = namedtuple("Work", [
     "jar", "f", "state", "hdiag", "hcone", "g", "y", "h", "w", "nu", "bact", "r2", "gradg",
     "grad", "tmp_nv", "tmp_efc", "tmp_efc2", "K2", "P", "Hm", "LH",
-    "kink", "release", "nk",
+    "kink", "release", "nk", "Z",
 ])
 
 
 @njit(cache=True, error_model="numpy")
-def _make_work(nv, nefc, nz, nb, m2):
-    return Work(
-        np.empty(nefc), np.empty(nefc), np.zeros(nefc, dtype=np.int64), np.zeros(nefc),
-        np.zeros((nefc, 6, 6)), np.empty(nv), np.empty(nv), np.empty(nz), np.empty(nb),
-        np.empty(nb), np.zeros(nb, dtype=np.int64), np.empty(m2), np.empty(nv), np.empty(nv),
-        np.empty(nv), np.empty(nefc), np.empty(nefc), np.zeros((m2, nv)), np.empty((nv, nv)),
-        np.empty((nv, nv)), np.zeros((nv, nv)),
-        np.zeros(nefc, dtype=np.int64), np.zeros(nefc, dtype=np.int64), np.zeros(1, dtype=np.int64),
-    )
+def _ws_sizes(nv, nefc, nz, nb, m2, ncone):
+    """Lengths ``(float64, int64)`` of the workspace :func:`gdd_solve` carves its arrays from."""
+    nev = 2 * nefc + 1
+    nf = (nefc * 13 + nv * nv * 5 + nv * 13 + m2 * (nv * 2 + nefc + 4) + nz * 3 + nb * 4
+          + ncone * 36 + nev + (nv + nz + nb + m2) * nv)
+    ni = (nz + nb + nefc) * (nv + 1) + nefc * 8 + nb * 4 + nev * 3 + 1
+    return nf, ni
+
+
+@njit(cache=True, error_model="numpy")
+def _take(buf, o, n):
+    return buf[o:o + n], o + n
+
+
+@njit(cache=True, error_model="numpy")
+def _take2(buf, o, n, m):
+    return buf[o:o + n * m].reshape((n, m)), o + n * m
 
 
 # ---------------------------------------------------------------- objective
@@ -665,8 +735,8 @@ def _build_hessian(pb, wk):
     """Gauss-Newton Hessian ``Pᵀ S P + Q + K2ᵀK2`` (eq. 18 with the AL terms), factored into LH.
 
     ``S = M⁻¹ + Ceqᵀ diag(ρ_e) Ceq + Cboxᵀ diag(ρ_b · on) Cbox``; ``Pᵀ M⁻¹ P = XᵀX``
-    with ``X = L_M⁻¹ P``.  Returns False if the factorization fails even after a
-    small relative diagonal shift.
+    with ``X = L_M⁻¹ P`` (forward substitution, no explicit inverse).  Returns False if
+    the factorization fails even after a small relative diagonal shift.
     """
     M = pb.M
     J = pb.J
@@ -708,35 +778,58 @@ def _build_hessian(pb, wk):
                     kq = pb.jnz[i, pp]
                     P[kp, kq] += jp * J[i, kq]
         i += 1
-    # Hm = (L⁻¹P)ᵀ(L⁻¹P) + Q + Σ ρ (C P)ᵀ(C P) + K2ᵀK2   (small dense products through BLAS)
-    X = np.dot(pb.LMi, P)
-    H = np.dot(X.T, X)
-    CP = np.dot(pb.Ceq, P)
+    # Hm = Q + ZᵀZ with the rows of Z: X = L_M⁻¹P (nv rows, forward substitution by row
+    # axpys skipping the structural zeros of L_M), √ρ_e Ceq_e P, √ρ_j Cbox_j P (box terms
+    # on) and the rows of K2; ZᵀZ accumulated as outer products of rows (vectorized axpys,
+    # no allocation).  Only the lower triangle of Hm is formed (all the Cholesky factor reads).
+    LM = pb.LM
+    Z = wk.Z
+    for t in range(nv):
+        for k in range(nv):
+            Z[t, k] = P[t, k]
+        for k2 in range(t):
+            lt = LM[t, k2]
+            if lt != 0.0:
+                for k in range(nv):
+                    Z[t, k] -= lt * Z[k2, k]
+        inv = 1.0 / LM[t, t]
+        for k in range(nv):
+            Z[t, k] *= inv
+    nrow = nv
     for e in range(nz):
         sr = math.sqrt(pb.rho_e[e])
         for k in range(nv):
-            CP[e, k] *= sr
-    H += np.dot(CP.T, CP)
-    nact = 0
+            Z[nrow, k] = 0.0
+        for p in range(pb.ce_nnz[e]):
+            t = pb.ce_idx[e, p]
+            cv = sr * pb.Ceq[e, t]
+            for k in range(nv):
+                Z[nrow, k] += cv * P[t, k]
+        nrow += 1
     for j in range(nb):
         if wk.bact[j] != 0:
-            nact += 1
-    if nact > 0:
-        CB = np.empty((nact, nv))
-        r = 0
-        for j in range(nb):
-            if wk.bact[j] != 0:
-                sr = math.sqrt(pb.rho_b[j])
+            sr = math.sqrt(pb.rho_b[j])
+            for k in range(nv):
+                Z[nrow, k] = 0.0
+            for p in range(pb.cb_nnz[j]):
+                t = pb.cb_idx[j, p]
+                cv = sr * pb.Cbox[j, t]
                 for k in range(nv):
-                    CB[r, k] = sr * pb.Cbox[j, k]
-                r += 1
-        CBP = np.dot(CB, P)
-        H += np.dot(CBP.T, CBP)
-    if m2 > 0:
-        H += np.dot(wk.K2.T, wk.K2)
-    for r in range(nv):
+                    Z[nrow, k] += cv * P[t, k]
+            nrow += 1
+    for q_ in range(m2):
         for k in range(nv):
-            Hm[r, k] = 0.5 * (H[r, k] + H[k, r]) + pb.Q[r, k]
+            Z[nrow, k] = wk.K2[q_, k]
+        nrow += 1
+    for r in range(nv):
+        for k in range(r + 1):
+            Hm[r, k] = pb.Q[r, k]
+    for t in range(nrow):
+        for r in range(nv):
+            zr = Z[t, r]
+            if zr != 0.0:
+                for k in range(r + 1):
+                    Hm[r, k] += zr * Z[t, k]
     if cholesky(Hm, wk.LH):
         return True
     scale = 0.0
@@ -1006,7 +1099,7 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
     is the minimizer of the first piece.
     """
     (rowstate, g1, y1, yk, hk, h1, wk_, w1, rk, r1, dfd, tmp_nv,
-     ev_alpha, ev_row, ev_type, bhi, blo) = ls
+     ev_alpha, ev_row, ev_type, bhi, blo, order) = ls
     nv = a.shape[0]
     nefc = Jd.shape[0]
     nz = pb.Ceq.shape[0]
@@ -1044,14 +1137,14 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
     _matvec(pb.Q, a, tmp_nv)
     ga0 = _dot(tmp_nv, d) + _dot(pb.q, d)
     for j in range(nb):
-        bhi[j] = False
-        blo[j] = False
+        bhi[j] = 0
+        blo[j] = 0
         if np.isfinite(hi[j]):
             u = mu_hi[j] + rho_b[j] * (wk_[j] - hi[j])
-            bhi[j] = u > 0.0 or (u == 0.0 and w1[j] > 0.0)
+            bhi[j] = 1 if (u > 0.0 or (u == 0.0 and w1[j] > 0.0)) else 0
         if np.isfinite(lo[j]):
             u = mu_lo[j] + rho_b[j] * (lo[j] - wk_[j])
-            blo[j] = u > 0.0 or (u == 0.0 and w1[j] < 0.0)
+            blo[j] = 1 if (u > 0.0 or (u == 0.0 and w1[j] < 0.0)) else 0
     # constraint-row breakpoints (α > 0)
     nev = 0
     for i in range(nefc):
@@ -1080,7 +1173,14 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
                 ev_row[nev] = i
                 ev_type[nev] = 1
                 nev += 1
-    order = np.argsort(ev_alpha[:nev])
+    # breakpoints in increasing α (insertion sort: few events, no allocation)
+    for p in range(nev):
+        al = ev_alpha[p]
+        q_ = p
+        while q_ > 0 and ev_alpha[order[q_ - 1]] > al:
+            order[q_] = order[q_ - 1]
+            q_ -= 1
+        order[q_] = p
     alpha = 0.0
     crossed = 0
     pos = 0
@@ -1091,10 +1191,10 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
             dphi += (lam[e] + pb.rho_e[e] * hk[e]) * h1[e]
             ddphi += pb.rho_e[e] * h1[e] * h1[e]
         for j in range(nb):
-            if bhi[j]:
+            if bhi[j] != 0:
                 dphi += (mu_hi[j] + rho_b[j] * (wk_[j] - hi[j])) * w1[j]
                 ddphi += rho_b[j] * w1[j] * w1[j]
-            if blo[j]:
+            if blo[j] != 0:
                 dphi -= (mu_lo[j] + rho_b[j] * (lo[j] - wk_[j])) * w1[j]
                 ddphi += rho_b[j] * w1[j] * w1[j]
         for r in range(m2):
@@ -1112,14 +1212,14 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
             if w1[j] == 0.0:
                 continue
             if np.isfinite(hi[j]):
-                if (bhi[j] and w1[j] < 0.0) or ((not bhi[j]) and w1[j] > 0.0):
+                if (bhi[j] != 0 and w1[j] < 0.0) or (bhi[j] == 0 and w1[j] > 0.0):
                     u = mu_hi[j] + rho_b[j] * (wk_[j] - hi[j])
                     t = max(-u / (rho_b[j] * w1[j]), 0.0)
                     if t < t_box:
                         t_box = t
                         jbox = j
             if np.isfinite(lo[j]):
-                if (blo[j] and w1[j] > 0.0) or ((not blo[j]) and w1[j] < 0.0):
+                if (blo[j] != 0 and w1[j] > 0.0) or (blo[j] == 0 and w1[j] < 0.0):
                     u = mu_lo[j] + rho_b[j] * (lo[j] - wk_[j])
                     t = max(u / (rho_b[j] * w1[j]), 0.0)
                     if t < t_box:
@@ -1143,9 +1243,9 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
         crossed += 1
         if t_box < t_row:
             if jbox < nb:
-                bhi[jbox] = not bhi[jbox]
+                bhi[jbox] = 1 - bhi[jbox]
             else:
-                blo[jbox - nb] = not blo[jbox - nb]
+                blo[jbox - nb] = 1 - blo[jbox - nb]
             continue
         changed = False
         while pos < nev and ev_alpha[order[pos]] <= alpha:
@@ -1281,7 +1381,7 @@ def _linesearch_1d(pb, a, d, Jd, dphi0, lam, mu_lo, mu_hi):
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
-def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi):
+def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
     """Second-order augmented-Lagrangian multiplier update.
 
     In the current piece the inner minimizer ``a(ν)`` and the constraint values
@@ -1291,6 +1391,10 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi):
     ``t = 0`` when the piece does not change (box multipliers are clipped at 0).
     With pinned kink rows K the inner solve is restricted to ``J_K d = 0`` and
     ``H⁻¹`` is replaced by ``H⁻¹ − H⁻¹J_Kᵀ(J_K H⁻¹ J_Kᵀ)⁻¹J_K H⁻¹``.
+    With ``with_grad`` (no pinned rows only) ``a`` need not be an inner minimizer:
+    the Newton step from ``a`` with the new multipliers is ``δ = −H⁻¹(∇L + CᵀΔν)``
+    and ``t + Cδ = 0`` gives ``Δν = (C H⁻¹ Cᵀ)⁻¹ (t − C H⁻¹ ∇L)`` (a KKT step of the
+    current piece, so that the first Gauss-Newton step already lands on the constraints).
     Returns False if ``C H⁻¹ Cᵀ`` is singular (the caller then uses ``ν += ρ t``).
     """
     nv = pb.M.shape[0]
@@ -1333,6 +1437,15 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi):
                 Ct[k, col] += cv * wk.P[t, k]
         col += 1
     _lower_solve_rows(wk.LH, Ct)
+    if with_grad:
+        # t − C H⁻¹ ∇L = t − (L⁻¹Cᵀ)ᵀ (L⁻¹∇L)
+        z = wk.tmp_nv
+        _fwd_solve(wk.LH, wk.grad, z)
+        for r in range(nA):
+            s_ = 0.0
+            for t in range(nv):
+                s_ += Ct[t, r] * z[t]
+            tv[r] -= s_
     S = np.zeros((nA, nA))
     for t in range(nv):
         for r in range(nA):
@@ -1410,19 +1523,19 @@ def _feasibility(pb, wk):
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
-def _assemble_cost(M, mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, Q, q):
+def _assemble_cost(M, mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, Q, q, tmp, Mt):
     """Fold the a-only cost terms into ``½aᵀQa + qᵀa + c0``; returns c0.
 
     mass terms ``(w_k/2)(a − t_k)ᵀM(a − t_k)``, diagonal terms
     ``(w_k/2)Σ_i m_ki (a_i − t_ki)²`` and residual rows ``(w_r/2)(Ka1_r a + e1_r)²``.
+    ``tmp``, ``Mt``: ``(nv,)`` scratch.
     """
     nv = M.shape[0]
     c0 = 0.0
     sig = 0.0
     for k in range(nv):
         q[k] = 0.0
-    tmp = np.zeros(nv)
-    Mt = np.empty(nv)
+        tmp[k] = 0.0
     for t in range(mass_w.shape[0]):
         wt = mass_w[t]
         if wt == 0.0:
@@ -1505,11 +1618,9 @@ def _save_pattern(wk, fact_state, fact_bact):
 
 @njit(cache=True, error_model="numpy")
 def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con_fric, con_adr,
-              Ceq, Cbox, Bdir, lo, hi, scales,
-              mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, Ka2, Kf2, e2, wf,
-              Bpinv, gain, bias, ctrl_lo, ctrl_hi,
+              actbuf, scales, costbuf, Kf2,
               a, lam, mu_lo, mu_hi, params, iparams,
-              out_g, out_f, out_state, out_w, out_ctrl, stats, log):
+              out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi):
     """Goal-directed dynamics at one state (GDD eq. 8) by an augmented Lagrangian.
 
     Minimizes over accelerations ``a (nv,)``::
@@ -1530,25 +1641,59 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
       M (nv, nv), c (nv,): inertia and non-control force.
       J (nefc, nv), aref, D, R, floss (nefc,), efc_type, efc_id (nefc,): constraint rows.
       con_dim, con_mu, con_fric (ncon, 5), con_adr (ncon,): contact data (elliptic cones only).
-      Ceq (nz, nv): rows whose product with g must vanish.
-      Cbox (nb, nv), lo, hi (nb,): bounded actuator forces ``w = Cbox g`` (±inf: no bound).
-      Bdir (nb, nv): generalized-force direction of each box row.
+      actbuf: the actuation, packed (``ActuationArrays.packed``; sizes ``iparams[IPAR_NZ,
+        IPAR_NB, IPAR_NC]``): row-major Ceq (nz, nv), the rows whose product with g must
+        vanish; Cbox (nb, nv), bounded actuator forces ``w = Cbox g``; Bdir (nb, nv), the
+        generalized-force direction of each box row; Bpinv (nc, nv); then lo, hi (nb,)
+        (±inf: no bound) and the control map gain, bias, ctrl_lo, ctrl_hi (nc,).
       scales (4, max(nz, nb)): rows ρ_e, ρ_b, sc_e, sc_b; computed here when
         ``iparams[IPAR_SCALES]`` is 1, else used as given.
-      mass_w (km,), mass_t (km, nv); diag_w (kd,), diag_m, diag_t (kd, nv);
-      Ka1 (m1, nv), e1, wa (m1,); Ka2 (m2, nv), Kf2 (m2, nefc), e2, wf (m2,): the cost.
-      Bpinv (nc, nv), gain, bias, ctrl_lo, ctrl_hi (nc,): control map.
+      costbuf: the cost, packed (``CostArrays.buffer``; sizes ``iparams[IPAR_KM, IPAR_KD,
+        IPAR_M1, IPAR_M2]``): mass_w (km,), mass_t (km, nv); diag_w (kd,), diag_m, diag_t
+        (kd, nv); Ka1 (m1, nv), e1, wa (m1,); Ka2 (m2, nv), e2, wf (m2,).
+      Kf2 (m2, nefc): force part of the cost rows.
       a (nv,): initial guess in, solution out.  lam (nz,), mu_lo, mu_hi (nb,): multipliers in/out.
       params (PAR_NPAR,): penalty ρ, gradient tolerance (relative to max(1, ‖c‖, ‖g(a₀)‖)),
         feasibility tolerance (m/s²); iparams (IPAR_NIPAR,).
       out_g (nv,), out_f, out_state (nefc,), out_w, out_ctrl (nc,), stats (ST_NSTAT,),
       log (max_iter, LOG_NCOL): outputs.
+      wsf (float64), wsi (int64): workspace, at least :func:`_ws_sizes` long (else nothing is
+        done: status ``STATUS_WORKSPACE`` with the lengths in ``stats[ST_WS_*]``).  ``wsi``
+        keeps the sparsity of Ceq/Cbox between calls (recomputed when
+        ``iparams[IPAR_PATTERN]`` is 1: on a new workspace or new actuation arrays).
     """
     nv = M.shape[0]
     nefc = J.shape[0]
-    nz = Ceq.shape[0]
-    nb = Cbox.shape[0]
-    m2 = Ka2.shape[0]
+    nz = iparams[IPAR_NZ]
+    nb = iparams[IPAR_NB]
+    nc = iparams[IPAR_NC]
+    o = 0
+    Ceq, o = _take2(actbuf, o, nz, nv)
+    Cbox, o = _take2(actbuf, o, nb, nv)
+    Bdir, o = _take2(actbuf, o, nb, nv)
+    Bpinv, o = _take2(actbuf, o, nc, nv)
+    lo, o = _take(actbuf, o, nb)
+    hi, o = _take(actbuf, o, nb)
+    gain, o = _take(actbuf, o, nc)
+    bias, o = _take(actbuf, o, nc)
+    ctrl_lo, o = _take(actbuf, o, nc)
+    ctrl_hi, o = _take(actbuf, o, nc)
+    km = iparams[IPAR_KM]
+    kd = iparams[IPAR_KD]
+    m1 = iparams[IPAR_M1]
+    m2 = iparams[IPAR_M2]
+    o = 0
+    mass_w, o = _take(costbuf, o, km)
+    mass_t, o = _take2(costbuf, o, km, nv)
+    diag_w, o = _take(costbuf, o, kd)
+    diag_m, o = _take2(costbuf, o, kd, nv)
+    diag_t, o = _take2(costbuf, o, kd, nv)
+    Ka1, o = _take2(costbuf, o, m1, nv)
+    e1, o = _take(costbuf, o, m1)
+    wa, o = _take(costbuf, o, m1)
+    Ka2, o = _take2(costbuf, o, m2, nv)
+    e2, o = _take(costbuf, o, m2)
+    wf, o = _take(costbuf, o, m2)
     rho = params[PAR_PENALTY]
     tol_grad0 = params[PAR_TOL_GRAD] * max(1.0, math.sqrt(_dot(c, c)))
     tol_grad = tol_grad0
@@ -1560,16 +1705,111 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     for k in range(ST_NSTAT):
         stats[k] = 0.0
 
-    # ---- per-state setup
-    kind = np.empty(nefc, dtype=np.int64)
-    cdim = np.zeros(nefc, dtype=np.int64)
-    cmu = np.zeros(nefc)
-    cfric = np.zeros((nefc, 5))
-    row_kinds(efc_type, efc_id, con_dim, con_mu, con_fric, con_adr, kind, cdim, cmu, cfric)
+    # ---- per-state setup: every array is a view of the caller's workspace (no allocation)
+    ncone = 0
     for i in range(nefc):
-        if kind[i] == ROW_CONE:
-            exact_ls = 0
-    LM = np.zeros((nv, nv))
+        if efc_type[i] == _CNSTR_CONTACT_ELLIPTIC:
+            ncone = nefc
+    nf, ni = _ws_sizes(nv, nefc, nz, nb, m2, ncone)
+    if wsf.shape[0] < nf or wsi.shape[0] < ni:
+        stats[ST_WS_FLOAT] = nf
+        stats[ST_WS_INT] = ni
+        stats[ST_STATUS] = STATUS_WORKSPACE
+        return
+    # int part; the Ceq/Cbox sparsity patterns come first (kept between calls)
+    oi = 0
+    ce_idx, oi = _take2(wsi, oi, nz, nv)
+    ce_nnz, oi = _take(wsi, oi, nz)
+    cb_idx, oi = _take2(wsi, oi, nb, nv)
+    cb_nnz, oi = _take(wsi, oi, nb)
+    kind, oi = _take(wsi, oi, nefc)
+    cdim, oi = _take(wsi, oi, nefc)
+    jnz, oi = _take2(wsi, oi, nefc, nv)
+    jnnz, oi = _take(wsi, oi, nefc)
+    w_state, oi = _take(wsi, oi, nefc)
+    w_kink, oi = _take(wsi, oi, nefc)
+    w_release, oi = _take(wsi, oi, nefc)
+    w_bact, oi = _take(wsi, oi, nb)
+    w_nk, oi = _take(wsi, oi, 1)
+    l_rowstate, oi = _take(wsi, oi, nefc)
+    l_evrow, oi = _take(wsi, oi, 2 * nefc + 1)
+    l_evtype, oi = _take(wsi, oi, 2 * nefc + 1)
+    l_bhi, oi = _take(wsi, oi, nb)
+    l_blo, oi = _take(wsi, oi, nb)
+    fact_state, oi = _take(wsi, oi, nefc)
+    fact_bact, oi = _take(wsi, oi, nb)
+    l_order, oi = _take(wsi, oi, 2 * nefc + 1)
+    prev_kink, oi = _take(wsi, oi, nefc)
+    # float part
+    of = 0
+    cmu, of = _take(wsf, of, nefc)
+    cfric, of = _take2(wsf, of, nefc, 5)
+    LM, of = _take2(wsf, of, nv, nv)
+    Q, of = _take2(wsf, of, nv, nv)
+    q, of = _take(wsf, of, nv)
+    Ka2s, of = _take2(wsf, of, m2, nv)
+    Kf2s, of = _take2(wsf, of, m2, nefc)
+    e2s, of = _take(wsf, of, m2)
+    w_jar, of = _take(wsf, of, nefc)
+    w_f, of = _take(wsf, of, nefc)
+    w_hdiag, of = _take(wsf, of, nefc)
+    w_hcone, of = _take2(wsf, of, ncone, 36)
+    w_g, of = _take(wsf, of, nv)
+    w_y, of = _take(wsf, of, nv)
+    w_h, of = _take(wsf, of, nz)
+    w_w, of = _take(wsf, of, nb)
+    w_nu, of = _take(wsf, of, nb)
+    w_r2, of = _take(wsf, of, m2)
+    w_gradg, of = _take(wsf, of, nv)
+    w_grad, of = _take(wsf, of, nv)
+    w_tmpnv, of = _take(wsf, of, nv)
+    w_tmpefc, of = _take(wsf, of, nefc)
+    w_tmpefc2, of = _take(wsf, of, nefc)
+    w_K2, of = _take2(wsf, of, m2, nv)
+    w_P, of = _take2(wsf, of, nv, nv)
+    w_Hm, of = _take2(wsf, of, nv, nv)
+    w_LH, of = _take2(wsf, of, nv, nv)
+    w_Z, of = _take2(wsf, of, nv + nz + nb + m2, nv)
+    l_g1, of = _take(wsf, of, nv)
+    l_y1, of = _take(wsf, of, nv)
+    l_yk, of = _take(wsf, of, nv)
+    l_hk, of = _take(wsf, of, nz)
+    l_h1, of = _take(wsf, of, nz)
+    l_wk, of = _take(wsf, of, nb)
+    l_w1, of = _take(wsf, of, nb)
+    l_rk, of = _take(wsf, of, m2)
+    l_r1, of = _take(wsf, of, m2)
+    l_dfd, of = _take(wsf, of, nefc)
+    l_tmpnv, of = _take(wsf, of, nv)
+    l_evalpha, of = _take(wsf, of, 2 * nefc + 1)
+    dvec, of = _take(wsf, of, nv)
+    Jd, of = _take(wsf, of, nefc)
+    c_tmp, of = _take(wsf, of, nv)
+    c_Mt, of = _take(wsf, of, nv)
+    if of != nf or oi != ni:  # pragma: no cover - _ws_sizes out of sync with the carving
+        stats[ST_STATUS] = STATUS_NUMERICAL_ERROR
+        return
+    w_hcone3 = w_hcone.reshape((ncone, 6, 6))
+    for i in range(nefc):
+        w_state[i] = 0
+        w_kink[i] = 0
+        w_release[i] = 0
+        w_hdiag[i] = 0.0
+        fact_state[i] = -1
+        prev_kink[i] = 0
+    for j in range(nb):
+        w_bact[j] = 0
+        fact_bact[j] = 0
+    w_nk[0] = 0
+    for i in range(ncone * 36):
+        w_hcone[i // 36, i % 36] = 0.0
+    for r in range(m2):
+        for k in range(nv):
+            w_K2[r, k] = 0.0
+
+    row_kinds(efc_type, efc_id, con_dim, con_mu, con_fric, con_adr, kind, cdim, cmu, cfric)
+    if ncone > 0:
+        exact_ls = 0
     if not cholesky(M, LM):
         stats[ST_STATUS] = STATUS_NUMERICAL_ERROR
         return
@@ -1579,15 +1819,10 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     rho_b = scales[1, :nb]
     sc_e = scales[2, :nz]
     sc_b = scales[3, :nb]
-    ce_idx = np.zeros((nz, nv), dtype=np.int64)
-    ce_nnz = np.zeros(nz, dtype=np.int64)
-    _sparse_rows(Ceq, ce_idx, ce_nnz)
-    cb_idx = np.zeros((nb, nv), dtype=np.int64)
-    cb_nnz = np.zeros(nb, dtype=np.int64)
-    _sparse_rows(Cbox, cb_idx, cb_nnz)
+    if iparams[IPAR_PATTERN] == 1:
+        _sparse_rows(Ceq, ce_idx, ce_nnz)
+        _sparse_rows(Cbox, cb_idx, cb_nnz)
     # nonzero columns of each row of J (shared by the rows of an elliptic contact)
-    jnz = np.zeros((nefc, nv), dtype=np.int64)
-    jnnz = np.zeros(nefc, dtype=np.int64)
     i = 0
     while i < nefc:
         rows = cdim[i] if kind[i] == ROW_CONE else 1
@@ -1606,12 +1841,7 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
                 jnz[i + r, p] = jnz[i, p]
         i += rows
     # cost
-    Q = np.empty((nv, nv))
-    q = np.empty(nv)
-    c0 = _assemble_cost(M, mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, Q, q)
-    Ka2s = np.empty((m2, nv))
-    Kf2s = np.empty((m2, nefc))
-    e2s = np.empty(m2)
+    c0 = _assemble_cost(M, mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, Q, q, c_tmp, c_Mt)
     for r in range(m2):
         sw = math.sqrt(wf[r])
         for k in range(nv):
@@ -1619,20 +1849,14 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
         for i in range(nefc):
             Kf2s[r, i] = sw * Kf2[r, i]
         e2s[r] = sw * e2[r]
-    LMi = _lower_inverse(LM)
-    pb = Prob(M, LM, LMi, c, J, aref, D, R, floss, kind, cdim, cmu, cfric, jnz, jnnz,
+    pb = Prob(M, LM, c, J, aref, D, R, floss, kind, cdim, cmu, cfric, jnz, jnnz,
               Ceq, ce_idx, ce_nnz, Cbox, cb_idx, cb_nnz, lo, hi, rho_e, rho_b, sc_e, sc_b,
               Q, q, Ka2s, Kf2s, e2s)
-    wk = _make_work(nv, nefc, nz, nb, m2)
-    ls = (np.zeros(nefc, dtype=np.int64), np.empty(nv), np.empty(nv), np.empty(nv), np.empty(nz),
-          np.empty(nz), np.empty(nb), np.empty(nb), np.empty(m2), np.empty(m2), np.empty(nefc),
-          np.empty(nv), np.empty(2 * nefc + 1), np.empty(2 * nefc + 1, dtype=np.int64),
-          np.empty(2 * nefc + 1, dtype=np.int64), np.zeros(nb, dtype=np.bool_),
-          np.zeros(nb, dtype=np.bool_))
-    dvec = np.empty(nv)
-    Jd = np.empty(nefc)
-    fact_state = np.full(nefc, -1, dtype=np.int64)
-    fact_bact = np.zeros(nb, dtype=np.int64)
+    wk = Work(w_jar, w_f, w_state, w_hdiag, w_hcone3, w_g, w_y, w_h, w_w, w_nu, w_bact, w_r2,
+              w_gradg, w_grad, w_tmpnv, w_tmpefc, w_tmpefc2, w_K2, w_P, w_Hm, w_LH,
+              w_kink, w_release, w_nk, w_Z)
+    ls = (l_rowstate, l_g1, l_y1, l_yk, l_hk, l_h1, l_wk, l_w1, l_rk, l_r1, l_dfd, l_tmpnv,
+          l_evalpha, l_evrow, l_evtype, l_bhi, l_blo, l_order)
     have_factor = False
 
     phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
@@ -1648,8 +1872,8 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     ls_evals = 0
     gnorm = math.sqrt(_dot(wk.grad, wk.grad))
     tol_grad = max(tol_grad0, params[PAR_TOL_GRAD] * math.sqrt(_dot(wk.g, wk.g)))
-    prev_kink = np.zeros(nefc, dtype=np.int64)
     stall_rounds = 0
+    kkt_first = newton_dual == 1
     done = False
     while not done:
         # ---- inner Gauss-Newton iterations on the augmented Lagrangian
@@ -1680,6 +1904,16 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
                 gnorm = math.sqrt(_dot(wk.grad, wk.grad))
                 if gnorm <= tol_grad or (same and exact):
                     break
+                if kkt_first:
+                    # first step of the solve: update the multipliers together with it (KKT
+                    # step of the current piece) when the constraints are violated
+                    kkt_first = False
+                    fe, fb = _feasibility(pb, wk)
+                    if (fe > tol_feas or fb > tol_feas) and duals < max_dual and \
+                            _dual_newton(pb, wk, _pinned(wk), lam, mu_lo, mu_hi, True):
+                        duals += 1
+                        phi = _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell)
+                        continue
                 for k in range(nv):
                     dvec[k] = -wk.grad[k]
                 chol_solve(wk.LH, dvec, dvec)
@@ -1790,7 +2024,7 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
                 nfact += 1
                 have_factor = True
                 _save_pattern(wk, fact_state, fact_bact)
-            updated = _dual_newton(pb, wk, _pinned(wk), lam, mu_lo, mu_hi)
+            updated = _dual_newton(pb, wk, _pinned(wk), lam, mu_lo, mu_hi, False)
         if not updated:
             for e in range(nz):
                 lam[e] += rho_e[e] * wk.h[e]

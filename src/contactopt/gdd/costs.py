@@ -46,6 +46,28 @@ from ..errors import NonFiniteError, ParameterError, as_array, check_nonnegative
 from . import _kernels as K
 from .problem import GDDProblem
 
+_ENTRIES: dict = {}
+
+
+def _fast(site, fn, *args):
+    """Call the numba kernel ``fn`` through its compiled entry point.
+
+    Numba's dispatcher type-checks every argument on each call (µs); a call
+    ``site`` always passes the same argument types (float64 C arrays made or
+    viewed by this package), so the entry point is looked up once per site.
+    """
+    e = _ENTRIES.get(site)
+    if e is not None:
+        return e(*args)
+    out = fn(*args)
+    try:
+        import numba
+
+        _ENTRIES[site] = fn.overloads[tuple(numba.typeof(a) for a in args)].entry_point
+    except Exception:  # pragma: no cover - numba internals changed
+        _ENTRIES[site] = fn
+    return out
+
 __all__ = [
     "FrameState",
     "TermModel",
@@ -138,7 +160,8 @@ class CostArrays:
     diag_w ``(kd,)``, diag_m, diag_t ``(kd, nv)``: terms ``(w/2)Σ_i m_i (a_i − t_i)²``;
     Ka1 ``(m1, nv)``, e1, wa ``(m1,)``: rows ``(w_r/2)(Ka1_r a + e1_r)²``;
     Ka2 ``(m2, nv)``, Kf2 ``(m2, nefc)``, e2, wf ``(m2,)``: rows
-    ``(w_r/2)(Ka2_r a + Kf2_r f(a) + e2_r)²``.
+    ``(w_r/2)(Ka2_r a + Kf2_r f(a) + e2_r)²``.  All but Kf2 are views of ``buffer``
+    (``dims = (km, kd, m1, m2)``), the form the solver kernel takes.
     """
 
     def __init__(self, terms, nv):
@@ -148,17 +171,19 @@ class CostArrays:
         kd = sum(1 for t in terms if t.kind == "diag")
         m1 = sum(t.rows for t in terms if t.kind == "rows")
         m2 = sum(t.rows for t in terms if t.kind == "force_rows")
-        self.mass_w = np.zeros(km)
-        self.mass_t = np.zeros((km, nv))
-        self.diag_w = np.zeros(kd)
-        self.diag_m = np.zeros((kd, nv))
-        self.diag_t = np.zeros((kd, nv))
-        self.Ka1 = np.zeros((m1, nv))
-        self.e1 = np.zeros(m1)
-        self.wa = np.zeros(m1)
-        self.Ka2 = np.zeros((m2, nv))
-        self.e2 = np.zeros(m2)
-        self.wf = np.zeros(m2)
+        # every array except Kf2 is a view of one buffer, which the solver kernel takes
+        # whole (layout: see _kernels.cost_views; dims = (km, kd, m1, m2))
+        self.dims = (km, kd, m1, m2)
+        self.buffer = np.zeros(km * (nv + 1) + kd * (2 * nv + 1) + m1 * (nv + 2) + m2 * (nv + 2))
+        o = 0
+        views = []
+        for shape in ((km,), (km, nv), (kd,), (kd, nv), (kd, nv), (m1, nv), (m1,), (m1,),
+                      (m2, nv), (m2,), (m2,)):
+            n = int(np.prod(shape))
+            views.append(self.buffer[o:o + n].reshape(shape))
+            o += n
+        (self.mass_w, self.mass_t, self.diag_w, self.diag_m, self.diag_t, self.Ka1, self.e1,
+         self.wa, self.Ka2, self.e2, self.wf) = views
         self.Kf2 = np.zeros((m2, 0))
         self._nefc = 0
         self.slots = []
@@ -189,8 +214,9 @@ class CostArrays:
                 raise ParameterError(f"cost term {t.name}: unknown kind {t.kind!r}")
             self.slots.append(sl)
         self.has_force_rows = m2 > 0
-        self._plan = [(t, sl, self._weights_of(kind), a, b)
-                      for t, sl, (kind, a, b) in zip(self.terms, self.slots, self.index)]
+        self._plan = [(t, sl, self._weights_of(kind)[a:b], i)
+                      for i, (t, sl, (kind, a, b)) in enumerate(zip(self.terms, self.slots, self.index))]
+        self._written = [None] * len(self.terms)  # weight last written per term
 
     def _weights_of(self, kind):
         return {"mass": self.mass_w, "diag": self.diag_w, "rows": self.wa, "force_rows": self.wf}[kind]
@@ -210,16 +236,14 @@ class CostArrays:
         """Let every term write its data for ``problem``'s state; inactive terms get weight 0."""
         if self.has_force_rows:
             self.resize_forces(problem.nefc)
-        for t, sl, wts, a, b in self._plan:
-            w = t._weight
-            if not t.active or w == 0.0:
-                wts[a:b] = 0.0
-                continue
-            t.fill(problem, sl)
-            if b == a + 1:
-                wts[a] = w
-            else:
-                wts[a:b] = w
+        written = self._written
+        for t, sl, wts, i in self._plan:
+            w = t._weight if t.active else 0.0
+            if w != 0.0:
+                t.fill(problem, sl)
+            if written[i] != w:
+                wts.fill(w)
+                written[i] = w
 
     def first_nonfinite(self) -> str | None:
         """Name of the first term whose data are not finite (None if all are)."""
@@ -301,17 +325,29 @@ class SpringDamper:
                                  else check_positive("max_acceleration", max_acceleration))
 
     @property
+    def position(self) -> np.ndarray:
+        """``(3,)`` goal position, m (assignable; validated)."""
+        return self._position
+
+    @position.setter
+    def position(self, value) -> None:
+        self._position = np.ascontiguousarray(as_array("position", value, (3,)), dtype=float).copy()
+
+    def _kernel_gains(self):
+        """``(k, b, cap or 0)`` for :func:`_kernels.spring_residual` (current attributes)."""
+        cap = self.max_acceleration
+        return float(self.stiffness), float(self.damping), 0.0 if cap is None else float(cap)
+
+    @property
     def dim(self) -> int:
         """3 (position goal) or 6 (position and orientation goal)."""
         return 3 if self.orientation is None else 6
 
     def __call__(self, frame: FrameState) -> np.ndarray:
         """Desired ``(3,)`` or ``(6,)`` acceleration for the frame's current state."""
-        lin = self.position - frame.pos
-        lin *= self.stiffness
-        lin -= self.damping * frame.vel
+        lin = self.stiffness * (self.position - frame.pos) - self.damping * frame.vel
         if self.max_acceleration is not None:
-            n = math.sqrt(lin @ lin)
+            n = math.sqrt(lin.dot(lin))
             if n > self.max_acceleration:
                 lin *= self.max_acceleration / n
         if self.orientation is None:
@@ -640,8 +676,23 @@ class EndEffectorAcceleration(CostTerm):
 
     def fill(self, problem, out):
         Ka = out.Ka
+        t = self.target
+        if self.rows == 3 and type(t) is SpringDamper:
+            # fast path: position goal with a spring-damper, residual computed in one kernel call
+            m, d = problem.model, problem.data
+            if self.site_id >= 0:
+                point = d.site_xpos[self.site_id]
+                mujoco.mj_jacSite(m, d, Ka, None, self.site_id)
+            else:
+                point = d.xpos[self.body_id]
+                mujoco.mj_jac(m, d, Ka, None, point, self.body_id)
+            mujoco.mj_jacDot(m, d, self._jdp, None, point, self.body_id)
+            k, b, cap = t._kernel_gains()
+            _fast("ee_spring", K.spring_residual, Ka, self._jdp, problem.qvel, point, t.position,
+                  k, b, cap, 1.0, out.e)
+            return
         point = self._jacobians(problem, Ka)
-        desired = self.target(self._frame(problem, point, Ka))
+        desired = t(self._frame(problem, point, Ka))
         np.subtract(self._jd @ problem.qvel, desired, out=out.e)
 
 
@@ -760,6 +811,7 @@ class CenterOfMassAcceleration(CostTerm):
                 anc[k, model.dof_bodyid == p] = 1.0
                 p = int(model.body_parentid[p])
         self._ancestors = anc
+        self._views = None
 
     def bias_acceleration(self, problem: GDDProblem) -> np.ndarray:
         """``J̇_c v`` ``(3,)``: the centre-of-mass acceleration at ``a = 0``.
@@ -770,15 +822,32 @@ class CenterOfMassAcceleration(CostTerm):
         classical acceleration of its centre of mass ``x_b`` is
         ``α × (x_b − c_root) + a_lin + ω × ẋ_b``.
         """
-        d = problem.data
         out = np.empty(3)
-        K.com_bias(d.cdof_dot, problem.qvel, self._ancestors, self._bodies, self._roots, self._mass,
-                   d.cvel, d.xipos, d.subtree_com, out)
+        self._bias_into(problem, out)
         return out
+
+    def _bias_into(self, problem, out):
+        d = problem.data
+        v = self._views
+        if v is None or v[0] is not d:
+            v = self._views = (d, d.cdof_dot, d.cvel, d.xipos, d.subtree_com)
+        _fast("com_bias", K.com_bias, v[1], problem.qvel, self._ancestors, self._bodies, self._roots,
+              self._mass, v[2], v[3], v[4], out)
+        return v
 
     def fill(self, problem, out):
         m, d = problem.model, problem.data
         mujoco.mj_jacSubtreeCom(m, d, out.Ka, self.body_id)
+        t = self.target
+        if type(t) is SpringDamper:
+            v = self._views
+            if v is None or v[0] is not d:
+                v = self._views = (d, d.cdof_dot, d.cvel, d.xipos, d.subtree_com)
+            k, b, cap = t._kernel_gains()
+            _fast("com_spring", K.com_spring_residual, v[1], problem.qvel, self._ancestors,
+                  self._bodies, self._roots, self._mass, v[2], v[3], v[4], self.body_id, out.Ka,
+                  t.position, k, b, cap, out.e)
+            return
         bias = self.bias_acceleration(problem)
         frame = FrameState(d.subtree_com[self.body_id].copy(), out.Ka @ problem.qvel, None, None,
                            d.time)

@@ -128,11 +128,16 @@ class ActuationModel:
         if np.any(flo > fhi):
             raise ParameterError("actuator force limits are empty (lower bound above upper bound)")
         box = np.flatnonzero(np.isfinite(flo) | np.isfinite(fhi))
+        Cbox = Bpinv[box]
+        Bdir = B[:, box].T
+        lo = flo[box]
+        hi = fhi[box]
+        packed = np.concatenate((Zt.ravel(), Cbox.ravel(), Bdir.ravel(), Bpinv.ravel(), lo, hi,
+                                 gain, bias, clo, chi))
         out = ActuationArrays(
             B=B, Zt=Zt, Bpinv=Bpinv, gain=gain, bias=bias, force_lo=flo, force_hi=fhi,
-            ctrl_lo=clo, ctrl_hi=chi, box=box, Cbox=np.ascontiguousarray(Bpinv[box]),
-            Bdir=np.ascontiguousarray(B[:, box].T), lo=np.ascontiguousarray(flo[box]),
-            hi=np.ascontiguousarray(fhi[box]),
+            ctrl_lo=clo, ctrl_hi=chi, box=box, Cbox=np.ascontiguousarray(Cbox),
+            Bdir=np.ascontiguousarray(Bdir), lo=lo, hi=hi, packed=packed,
         )
         if not self.state_dependent:
             self._arrays = out
@@ -219,7 +224,9 @@ class ActuationArrays:
     B ``(nv, nc)``, Zt ``(nz, nv)``, Bpinv ``(nc, nv)``; gain, bias, force_lo,
     force_hi, ctrl_lo, ctrl_hi ``(nc,)``; box: indices of actuators with a finite
     force bound and, for them, Cbox ``(nb, nv)`` (rows of B⁺), Bdir ``(nb, nv)``
-    (columns of B), lo, hi ``(nb,)``.
+    (columns of B), lo, hi ``(nb,)``.  packed: all of ``Zt, Cbox, Bdir, Bpinv`` (row-major)
+    then ``lo, hi, gain, bias, ctrl_lo, ctrl_hi`` in one array, the form the solver kernel
+    takes (see :func:`_kernels.gdd_solve`).
     """
 
     B: np.ndarray
@@ -236,6 +243,7 @@ class ActuationArrays:
     Bdir: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
+    packed: np.ndarray | None = None
 
 
 # --------------------------------------------------------------------------- problem
@@ -305,7 +313,7 @@ class GDDProblem:
         c = np.subtract(views.qfrc_bias, views.qfrc_passive, out=None if copy else views.c)
         c -= views.qfrc_applied
         xfrc = views.xfrc_applied
-        if xfrc.any():
+        if np.count_nonzero(xfrc):
             for b in np.flatnonzero(np.any(xfrc != 0, axis=1)):
                 acc = np.zeros(nv)
                 mujoco.mj_applyFT(model, data, xfrc[b, :3], xfrc[b, 3:], data.xipos[b], int(b), acc)

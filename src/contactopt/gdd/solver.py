@@ -18,7 +18,12 @@ from ONE MuJoCo evaluation of the state and iterated on in compiled code
   along a line, and the search walks its breakpoints; elliptic cones use a
   safeguarded 1-D Newton/bisection search on the directional derivative;
 * augmented-Lagrangian multiplier updates for ``Zᵀg = 0`` and the box, warm
-  started from the previous solve.
+  started from the previous solve; with :attr:`DualUpdate.NEWTON` the first
+  Gauss-Newton step of a solve is a KKT step of its piece (multipliers and
+  acceleration updated together), so it usually lands on the constraints at once.
+
+The kernel runs in a workspace the solver keeps between solves (no allocation on
+the hot path once it is large enough for the number of constraint rows).
 
 Then the control ``ctrl = (B⁺g − bias)/gain`` is clamped to its limits, written to
 ``data.ctrl``, and MuJoCo's forward dynamics run warm-started from the
@@ -81,7 +86,9 @@ class DualUpdate(enum.Enum):
 
     NEWTON = "newton"
     """Second order: ``ν += (C H⁻¹ Cᵀ)⁻¹ t`` — in the current piece the next inner
-    solve then lands on the constraints (falls back to first order if singular)."""
+    solve then lands on the constraints (falls back to first order if singular).
+    The first step of a solve uses ``ν += (C H⁻¹ Cᵀ)⁻¹ (t − C H⁻¹ ∇L)`` together
+    with the Gauss-Newton step (a KKT step of the current piece)."""
     FIRST_ORDER = "first_order"
     """The classical ``λ += ρ h``, ``μ± = max(0, μ± + ρ t±)``."""
 
@@ -298,6 +305,11 @@ class GDDSolver:
         self._since_scales = 0
         self._views = None
         self._entry = None
+        self._wsf = np.zeros(0)  # kernel workspace (grown on demand, see _kernels._ws_sizes)
+        self._wsi = np.zeros(0, dtype=np.int64)
+        self._pattern_of = None  # actuation arrays whose sparsity the workspace holds
+        self._actbuf = None  # their packed form (ActuationArrays.packed)
+        self._cost_of = None  # the CostArrays whose sizes are in the int parameters
         self._all_controllable = bool(np.array_equal(self.actuation.controllable, np.arange(model.nu)))
         s = self.settings
         self._params[K.PAR_PENALTY] = s.penalty
@@ -390,6 +402,19 @@ class GDDSolver:
         else:
             ip[K.IPAR_SCALES] = 0
             self._since_scales += 1
+        if act is not self._pattern_of:
+            ip[K.IPAR_PATTERN] = 1
+            self._pattern_of = act
+            ip[K.IPAR_NZ] = nz
+            ip[K.IPAR_NB] = nb
+            ip[K.IPAR_NC] = act.gain.size
+            packed = act.packed
+            self._actbuf = _pack_actuation(act) if packed is None else packed
+        else:
+            ip[K.IPAR_PATTERN] = 0
+        if ca is not self._cost_of:
+            self._cost_of = ca
+            ip[K.IPAR_KM], ip[K.IPAR_KD], ip[K.IPAR_M1], ip[K.IPAR_M2] = ca.dims
         nefc = problem.nefc
         nc = act.gain.size
         g = np.empty(nv)
@@ -402,17 +427,19 @@ class GDDSolver:
         args = (problem.M, problem.c, problem.J, problem.aref, problem.D, problem.R,
                 problem.floss, problem.efc_type, problem.efc_id, problem.con_dim,
                 problem.con_mu, problem.con_fric, problem.con_adr,
-                act.Zt, act.Cbox, act.Bdir, act.lo, act.hi, self._scales,
-                ca.mass_w, ca.mass_t, ca.diag_w, ca.diag_m, ca.diag_t, ca.Ka1, ca.e1, ca.wa,
-                ca.Ka2, ca.Kf2, ca.e2, ca.wf,
-                act.Bpinv, act.gain, act.bias, act.ctrl_lo, act.ctrl_hi,
+                self._actbuf, self._scales, ca.buffer, ca.Kf2,
                 a, lam, self._mu_lo, self._mu_hi, self._params, ip, g, f, state, w, u,
-                stats, log)
+                stats, log, self._wsf, self._wsi)
         if self._entry is None:
             K.gdd_solve(*args)  # type-checked call (compiles on first use)
             self._entry = _kernel_entry(args)
         else:
             self._entry(*args)
+        if stats[K.ST_STATUS] == K.STATUS_WORKSPACE:  # first solve or more constraint rows
+            self._wsf = np.zeros(int(1.5 * stats[K.ST_WS_FLOAT]) + 64)
+            self._wsi = np.zeros(int(1.5 * stats[K.ST_WS_INT]) + 64, dtype=np.int64)
+            ip[K.IPAR_PATTERN] = 1
+            self._entry(*(args[:-2] + (self._wsf, self._wsi)))
         status = _STATUS[int(stats[K.ST_STATUS])]
         if status is Status.NUMERICAL_ERROR:
             self.reset()
@@ -425,12 +452,13 @@ class GDDSolver:
         if status is not Status.NUMERICAL_ERROR:
             self._qacc = a.copy()
             self._lam = lam
-        iters = int(stats[K.ST_ITER])
+        st = stats.tolist()
+        iters = int(st[_ST_ITER])
         return GDDResult(
-            a, ctrl, w, g, act.Zt, f, state, status, iters, int(stats[K.ST_DUAL]),
-            int(stats[K.ST_FACT]), stats[K.ST_GRAD], stats[K.ST_FEAS_EQ], stats[K.ST_FEAS_BOX],
-            stats[K.ST_OBJECTIVE], stats[K.ST_COST], nefc, data.ncon, int(stats[K.ST_CLAMPED]),
-            int(stats[K.ST_EVENTS]), None, None, time.perf_counter() - t0,
+            a, ctrl, w, g, act.Zt, f, state, status, iters, int(st[_ST_DUAL]),
+            int(st[_ST_FACT]), st[_ST_GRAD], st[_ST_FEAS_EQ], st[_ST_FEAS_BOX],
+            st[_ST_OBJECTIVE], st[_ST_COST], nefc, data.ncon, int(st[_ST_CLAMPED]),
+            int(st[_ST_EVENTS]), None, None, time.perf_counter() - t0,
             log[:min(iters, log.shape[0])].copy(),
         )
 
@@ -476,6 +504,15 @@ class GDDSolver:
 
 
 _STATUS = {int(st): st for st in Status}
+(_ST_ITER, _ST_DUAL, _ST_FACT, _ST_GRAD, _ST_FEAS_EQ, _ST_FEAS_BOX, _ST_OBJECTIVE, _ST_COST,
+ _ST_CLAMPED, _ST_EVENTS) = (K.ST_ITER, K.ST_DUAL, K.ST_FACT, K.ST_GRAD, K.ST_FEAS_EQ, K.ST_FEAS_BOX,
+                             K.ST_OBJECTIVE, K.ST_COST, K.ST_CLAMPED, K.ST_EVENTS)
+
+
+def _pack_actuation(act) -> np.ndarray:
+    """``ActuationArrays.packed`` for arrays built without it (layout: see the kernel)."""
+    return np.concatenate((act.Zt.ravel(), act.Cbox.ravel(), act.Bdir.ravel(), act.Bpinv.ravel(),
+                           act.lo, act.hi, act.gain, act.bias, act.ctrl_lo, act.ctrl_hi))
 
 def _kernel_entry(args):
     """The compiled entry point of :func:`_kernels.gdd_solve` for these argument types.
