@@ -1,0 +1,380 @@
+"""iLQG MPC tasks of the seed paper: acrobot swing-up, swimmer reach, hopper hop.
+
+Each task is an :class:`~contactopt.tasks.mpc_task.MPCTask` registered for the ``ilqg``
+planner; ``contactopt run TASK --planner ilqg`` runs it.  All run in real time on a
+2-core machine (sync mode with ``lag="measured"`` and async mode, slowdown 1): the plant
+steps faster than the planner, one iLQG iteration per update.
+
+``acrobot-swingup``
+    plant 2 ms, planner 10 ms, horizon 1.5 s (150 steps, derivatives every 2nd step).
+    Running cost (per second)::
+
+        1.0 · smoothabs_1(E − E_up)  +  1.0 · smoothabs_0.1(tip_xz − (0, 4.2))
+        + 0.01 · ½‖v‖²  +  0.05 · cosh_1.5(u)
+
+    with ``E`` the mechanical energy (:class:`AcrobotEnergy`) and ``E_up`` that of the
+    upright rest state; terminal cost ``5 · ½‖tip − target‖² + 0.5 · ½‖v‖²``.  The energy
+    term is what escapes the hanging stationary point: it is linear far from ``E_up`` and
+    its gradient pumps energy from any slightly perturbed start, where the tip-distance
+    cost alone converges to "hang" or "fold" local minima.  The cosh control cost keeps
+    the plan inside the ±5 N m range, so the feedback gains do not vanish on clamped
+    controls (they do in the box-QP backward pass), which is what makes the balance
+    tolerate 20–80 ms of policy lag.
+    Success: tip higher than 4.0 m (target 4.2 m) continuously for 1 s, within 15 s.
+
+``swimmer-reach``
+    plant 5 ms, planner 20 ms, horizon 1 s (50 steps).  Running cost::
+
+        1.0 · l2_0.1(nose_xy − target_xy)  +  0.02 · cosh_0.5(u)
+
+    Seeded start: the target is fixed at :data:`SWIM_TARGET` (the fixed camera's centre;
+    the cost is built from the planner model alone, so the target cannot move per seed);
+    the nose is placed 1–2 m from it in a random direction, with a random heading and body
+    joints ±0.3 rad — i.e. the target is at a random distance and bearing relative to the
+    swimmer.  Success: nose within 0.12 m of the target, within 30 s.
+
+``hopper-hop`` (NOT yet solved in real time: 0/10 at slowdown 1; ~3/5 at slowdown 4)
+    plant 5 ms, planner 10 ms, both with the soft contact ``solref (0.02, 1)``,
+    ``solimp (0, 0.95, 0.02, 0.5, 2)`` (with the model file's stiff foot contact the closed
+    loop falls even at slowdown 4: the plan's impulsive 10 ms pushes do not transfer);
+    horizon 0.8 s (80 steps), 2 iterations per update.  Running cost::
+
+        1.0 · smoothabs_0.2(ẋ_torso − 0.5)  +  10 · smoothabs_0.1(z_torso − 1.2)
+        + 3 · smoothabs_0.2(pitch)  +  0.3 · cosh_0.5(u)  +  0.03 · ½‖v‖²
+        + 1 · ½(knee − 0.4)²  +  3 · smoothabs_0.1(x_foot − x_com − 0.05)
+
+    The torso target 1.2 m is above the straight-leg standing height (1.05 m), so the only
+    way to lower the cost is to leave the ground: offline, iLQG finds small forward hops.
+    Success: torso beyond x = 1.5 m, above 0.7 m and pitch within ±0.7 rad for 1 s, and
+    never below/over those limits earlier in the run (no fall-and-get-up), within 6 s.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+
+from ..costs import Residual
+from . import register_task
+from .mpc_task import MPCTask, ilqg_runner
+
+__all__ = ["ACROBOT_SWINGUP", "SWIMMER_REACH", "HOPPER_HOP", "TASKS", "AcrobotEnergy"]
+
+
+# =========================================================================== acrobot swing-up
+
+
+class AcrobotEnergy(Residual):
+    """Mechanical energy minus a target: ``r = E(q, v) − E_target`` (J).
+
+    ``E = ½ vᵀM(q)v + m g z_com`` (potential relative to z = 0, as MuJoCo's ``data.energy``).
+
+    Jacobian: ``∂E/∂v = M v``; ``∂E/∂q = m g J_com,z`` plus ``∂(½ vᵀMv)/∂q`` by forward
+    differences of ``M(q)`` (``mj_crb`` on a scratch ``MjData``).
+    """
+
+    def __init__(self, model, target: float = 0.0, *, name: str = "energy"):
+        super().__init__(model, 1, name)
+        self.target = float(target)
+        self.mass = float(np.sum(model.body_mass))
+        self.g = -float(model.opt.gravity[2])
+        self._jac = np.zeros((3, model.nv))
+        self._mv = np.zeros(model.nv)
+        self._mv2 = np.zeros(model.nv)
+        self._scratch = mujoco.MjData(model)
+
+    def energy(self, data) -> float:
+        """E of ``data`` (``mj_kinematics`` + ``mj_comPos`` done); runs ``mj_crb`` on it."""
+        m = self.model
+        mujoco.mj_crb(m, data)
+        mujoco.mj_mulM(m, data, self._mv, data.qvel)
+        potential = self.mass * self.g * float(data.subtree_com[0, 2])
+        return 0.5 * float(data.qvel @ self._mv) + potential
+
+    def evaluate(self, data, x, u, jacobian):
+        m = self.model
+        r = np.array([self.energy(data) - self.target])
+        if not jacobian:
+            return r, None, None
+        nv = m.nv
+        jx = np.zeros((1, self.ndx))
+        mujoco.mj_jacSubtreeCom(m, data, self._jac, 0)
+        jx[0, :nv] = self.mass * self.g * self._jac[2]
+        jx[0, nv:2 * nv] = self._mv
+        ke = 0.5 * float(data.qvel @ self._mv)
+        s, eps = self._scratch, 1e-6
+        s.qvel[:] = data.qvel
+        for j in range(nv):
+            s.qpos[:] = data.qpos
+            s.qpos[j] += eps
+            mujoco.mj_kinematics(m, s)
+            mujoco.mj_comPos(m, s)
+            mujoco.mj_crb(m, s)
+            mujoco.mj_mulM(m, s, self._mv2, s.qvel)
+            jx[0, j] += (0.5 * float(s.qvel @ self._mv2) - ke) / eps
+        return r, jx, None
+
+
+ACRO_PLANT_DT = 0.002
+ACRO_PLAN_DT = 0.01     # 15–20 ms planner steps cannot balance the 2 ms plant (Euler error)
+ACRO_W = {"energy": 1.0, "tip": 1.0, "qvel": 0.01, "ctrl": 0.05}
+ACRO_CTRL_ALPHA = 1.5
+ACRO_WF = {"energy": 0.0, "tip": 5.0, "qvel": 0.5}
+
+
+def _acrobot_plant():
+    from ..model import load_model
+
+    return load_model("acrobot", timestep=ACRO_PLANT_DT)
+
+
+def _acrobot_planner():
+    from ..model import load_model
+
+    return load_model("acrobot", timestep=ACRO_PLAN_DT)
+
+
+def _acrobot_upright_energy(m) -> float:
+    d = mujoco.MjData(m)
+    d.qpos[:] = [np.pi, 0.0]
+    mujoco.mj_kinematics(m, d)
+    mujoco.mj_comPos(m, d)
+    return AcrobotEnergy(m).energy(d)
+
+
+def _acrobot_cost(m):
+    from ..costs import (Control, CostTerm, Cosh, Quadratic, Qvel, SitePosition, SmoothAbs, StageCost,
+                         TrajectoryCost)
+
+    w = ACRO_W
+    tip = SitePosition(m, "tip", target=[0.0, 0.0, 4.2], axes="xz")
+    energy = AcrobotEnergy(m, _acrobot_upright_energy(m))
+    running = StageCost(m, [CostTerm(energy, SmoothAbs(1.0), w["energy"]),
+                            CostTerm(tip, SmoothAbs(0.1), w["tip"]),
+                            CostTerm(Qvel(m), Quadratic(), w["qvel"]),
+                            CostTerm(Control(m), Cosh(ACRO_CTRL_ALPHA), w["ctrl"])])
+    wf = ACRO_WF
+    terminal = None
+    if any(wf.values()):
+        terminal = StageCost(m, [CostTerm(energy, SmoothAbs(1.0), wf["energy"]),
+                                 CostTerm(tip, Quadratic(), wf["tip"]),
+                                 CostTerm(Qvel(m), Quadratic(), wf["qvel"])])
+    return TrajectoryCost(running, terminal, timestep=m.opt.timestep)
+
+
+def _acrobot_initial(model, data, rng):
+    data.qpos[:] = rng.uniform(-0.2, 0.2, size=2)
+    data.qvel[:] = 0.0
+
+
+def _tip_height(model, data):
+    return float(data.site("tip").xpos[2])
+
+
+def _acrobot_success(model, data):
+    return _tip_height(model, data) > 4.0
+
+
+def _acrobot_metric(model, data):
+    return float(np.abs(data.site("tip").xpos[[0, 2]] - [0.0, 4.2]).sum())
+
+
+ACROBOT_SWINGUP = MPCTask(
+    name="acrobot-swingup", model="acrobot",
+    description="swing the acrobot up and balance it (tip above 4.0 m for 1 s within 15 s)",
+    plant_model=_acrobot_plant, planner_model=_acrobot_planner, cost=_acrobot_cost,
+    initial_state=_acrobot_initial, success=_acrobot_success, metric=_acrobot_metric, success_hold=1.0,
+    default_seconds=15.0,
+    ilqg={"horizon": 150,
+          "settings": {"mu_init": 1e-3, "line_search_steps": (1.0, 0.5, 0.25, 0.1, 0.03)},
+          "iterations_per_update": 1, "initial_iterations": 10, "derivative_stride": 2},
+)
+
+
+# =========================================================================== swimmer reach
+
+SWIM_PLANT_DT = 0.005
+SWIM_PLAN_DT = 0.02
+SWIM_TARGET = (0.5, 0.0)          # world x, y of the target (the fixed camera's centre)
+SWIM_W = {"nose": 1.0, "ctrl": 0.02, "qvel": 0.0}
+SWIM_NOSE_ALPHA = 0.1
+SWIM_CTRL_ALPHA = 0.5
+SWIM_RADIUS = 0.12
+
+
+def _swimmer_plant():
+    from ..model import load_model
+
+    return load_model("swimmer", timestep=SWIM_PLANT_DT)
+
+
+def _swimmer_planner():
+    from ..model import load_model
+
+    return load_model("swimmer", timestep=SWIM_PLAN_DT)
+
+
+def _swimmer_cost(m):
+    from ..costs import (Control, CostTerm, Cosh, L2, Quadratic, Qvel, SitePosition, StageCost,
+                         TrajectoryCost)
+
+    w = SWIM_W
+    nose = SitePosition(m, "nose", target=[SWIM_TARGET[0], SWIM_TARGET[1], 0.0], axes="xy")
+    terms = [CostTerm(nose, L2(SWIM_NOSE_ALPHA), w["nose"]),
+             CostTerm(Control(m), Cosh(SWIM_CTRL_ALPHA), w["ctrl"])]
+    if w["qvel"]:
+        terms.append(CostTerm(Qvel(m, dofs=[3, 4, 5]), Quadratic(), w["qvel"]))
+    return TrajectoryCost(StageCost(m, terms), timestep=m.opt.timestep)
+
+
+def _swimmer_initial(model, data, rng):
+    """Target at :data:`SWIM_TARGET`; the nose 1–2 m from it in a random direction, random heading,
+    body joints ±0.3 rad."""
+    dist = rng.uniform(1.0, 2.0)
+    phi = rng.uniform(-np.pi, np.pi)
+    yaw = rng.uniform(-np.pi, np.pi)
+    target = np.array([SWIM_TARGET[0], SWIM_TARGET[1], 0.0])
+    nose = target[:2] - dist * np.array([np.cos(phi), np.sin(phi)])
+    # the nose site is 2.5 cm ahead of the root
+    head = nose - 0.025 * np.array([np.cos(yaw), np.sin(yaw)])
+    data.qpos[:] = 0.0
+    data.qpos[:3] = [head[0], head[1], yaw]
+    data.qpos[3:6] = rng.uniform(-0.3, 0.3, size=3)
+    data.qvel[:] = 0.0
+    if model.nmocap:
+        data.mocap_pos[0] = target
+
+
+def _nose_distance(model, data):
+    return float(np.linalg.norm(data.site("nose").xpos[:2] - np.asarray(SWIM_TARGET)))
+
+
+def _swimmer_success(model, data):
+    return _nose_distance(model, data) < SWIM_RADIUS
+
+
+SWIMMER_REACH = MPCTask(
+    name="swimmer-reach", model="swimmer",
+    description="swim so that the nose reaches a target 1-2 m away (within 0.12 m)",
+    plant_model=_swimmer_plant, planner_model=_swimmer_planner, cost=_swimmer_cost,
+    initial_state=_swimmer_initial, success=_swimmer_success, metric=_nose_distance, success_hold=0.0,
+    default_seconds=30.0,
+    ilqg={"horizon": 50,
+          "settings": {"mu_init": 1e-3, "line_search_steps": (1.0, 0.5, 0.25, 0.1, 0.03)},
+          "iterations_per_update": 1, "initial_iterations": 20},
+)
+
+
+# =========================================================================== hopper hop
+
+HOP_PLANT_DT = 0.005
+HOP_PLAN_DT = 0.01
+HOP_SOLREF = (0.02, 1.0)
+HOP_SOLIMP = (0.0, 0.95, 0.02, 0.5, 2.0)      # force grows smoothly from 0 with penetration
+HOP_VX = 0.5
+HOP_HEIGHT = 1.2
+HOP_HEIGHT_ALPHA = 0.1
+HOP_W = {"vx": 1.0, "height": 10.0, "pitch": 3.0, "ctrl": 0.3, "qvel": 0.03, "foot": 3.0}
+HOP_FOOT_OFFSET = 0.05
+HOP_KNEE = (1.0, 0.4)   # (weight, target knee angle) of a knee-posture term (discourages kneeling)
+HOP_SUCCESS_X = 1.5
+HOP_MIN_Z = 0.7
+#: (solref, solimp) of the plant's contacts, None: the model file's (foot solref 0.01).  The
+#: planner's soft contact is used: with the stiff contact the closed loop falls even with
+#: lag 0 (the plan's impulsive pushes do not transfer) — see the report in the module docstring.
+HOP_PLANT_CONTACT = (HOP_SOLREF, HOP_SOLIMP)
+
+
+def _hopper_plant():
+    from ..dynamics import smooth_contacts
+    from ..model import load_model
+
+    m = load_model("hopper", timestep=HOP_PLANT_DT)
+    if HOP_PLANT_CONTACT is not None:
+        m = smooth_contacts(m, solref=HOP_PLANT_CONTACT[0], solimp=HOP_PLANT_CONTACT[1])
+    return m
+
+
+def _hopper_planner():
+    from ..dynamics import smooth_contacts
+    from ..model import load_model
+
+    m = load_model("hopper", timestep=HOP_PLAN_DT)
+    if HOP_SOLREF is not None or HOP_SOLIMP is not None:
+        m = smooth_contacts(m, solref=HOP_SOLREF, solimp=HOP_SOLIMP)
+    return m
+
+
+def _hopper_cost(m):
+    from ..costs import (CenterOfMass, Combination, Control, CostTerm, Cosh, Qpos, Quadratic, Qvel,
+                         SitePosition, SmoothAbs, StageCost, TrajectoryCost)
+
+    w = HOP_W
+    terms = [CostTerm(Qvel(m, [HOP_VX], dofs=[0], name="vx"), SmoothAbs(0.2), w["vx"]),
+             CostTerm(SitePosition(m, "torso", target=[0.0, 0.0, HOP_HEIGHT], axes="z"),
+                      SmoothAbs(HOP_HEIGHT_ALPHA), w["height"]),
+             CostTerm(Qpos(m, np.zeros(m.nq), dofs=[2]), SmoothAbs(0.2), w["pitch"]),
+             CostTerm(Control(m), Cosh(0.5), w["ctrl"])]
+    if w["qvel"]:
+        terms.append(CostTerm(Qvel(m), Quadratic(), w["qvel"]))
+    if HOP_KNEE[0]:
+        qk = np.zeros(m.nq)
+        qk[4] = HOP_KNEE[1]
+        terms.append(CostTerm(Qpos(m, qk, dofs=[4], name="knee"), Quadratic(), HOP_KNEE[0]))
+    if w["foot"]:
+        foot = Combination([(1.0, SitePosition(m, "foot", axes="x")),
+                            (-1.0, CenterOfMass(m, axes="x"))],
+                           offset=[HOP_FOOT_OFFSET], name="foot_under_com")
+        terms.append(CostTerm(foot, SmoothAbs(0.1), w["foot"]))
+    return TrajectoryCost(StageCost(m, terms), timestep=m.opt.timestep)
+
+
+def _hopper_initial(model, data, rng):
+    """The "home" crouch with ±0.05 rad on hip, knee and torso pitch and ±0.1 m/s on the root."""
+    key = model.key("home")
+    data.qpos[:] = key.qpos
+    data.qpos[2:5] += rng.uniform(-0.05, 0.05, size=3)
+    data.qvel[:] = 0.0
+    data.qvel[:2] = rng.uniform(-0.1, 0.1, size=2)
+
+
+#: runs (keyed by ``id(data)``) in which the hopper has fallen; reset at the first plant step
+_HOP_FELL: dict = {}
+
+
+def _hopper_up(model, data) -> bool:
+    return bool(data.site("torso").xpos[2] > HOP_MIN_Z and abs(data.qpos[2]) < 0.7)
+
+
+def _hopper_success(model, data):
+    """Beyond x = 1.5 m, torso above 0.7 m and pitch within ±0.7 rad — and never fallen so far
+    in this run (the test is called after every plant step; a run restarts at ``t ≤ 1.5 h``)."""
+    key = id(data)
+    if data.time <= 1.5 * model.opt.timestep:
+        _HOP_FELL.pop(key, None)
+    up = _hopper_up(model, data)
+    if not up:
+        _HOP_FELL[key] = True
+    return bool(up and not _HOP_FELL.get(key, False) and data.site("torso").xpos[0] > HOP_SUCCESS_X)
+
+
+def _hopper_metric(model, data):
+    return float(data.site("torso").xpos[0])
+
+
+HOPPER_HOP = MPCTask(
+    name="hopper-hop", model="hopper",
+    description="hop forward: torso beyond x = 1.5 m, upright and above 0.7 m, for 1 s",
+    plant_model=_hopper_plant, planner_model=_hopper_planner, cost=_hopper_cost,
+    initial_state=_hopper_initial, success=_hopper_success, metric=_hopper_metric, success_hold=1.0,
+    default_seconds=6.0,
+    ilqg={"horizon": 80,
+          "settings": {"mu_init": 1e-3, "line_search_steps": (1.0, 0.5, 0.25, 0.1, 0.03)},
+          "iterations_per_update": 2, "initial_iterations": 60, "derivative_stride": 1},
+)
+
+TASKS = (ACROBOT_SWINGUP, SWIMMER_REACH, HOPPER_HOP)
+
+for _task in TASKS:
+    register_task(_task.name, "ilqg", ilqg_runner(_task), model=_task.model, description=_task.description,
+                  default_seconds=_task.default_seconds)

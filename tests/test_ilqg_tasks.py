@@ -1,0 +1,164 @@
+"""The iLQG MPC tasks of the seed paper (acrobot swing-up, swimmer reach, hopper hop)."""
+
+import mujoco
+import numpy as np
+import pytest
+
+from contactopt.tasks import available_tasks, ilqg_tasks
+from contactopt.tasks.ilqg_tasks import ACROBOT_SWINGUP, HOPPER_HOP, SWIMMER_REACH, TASKS, AcrobotEnergy
+from contactopt.tasks.mpc_task import run_ilqg_task
+
+TASK_IDS = [t.name for t in TASKS]
+
+
+def _initial(task, seed):
+    plant = task.plant_model()
+    data = mujoco.MjData(plant)
+    task.initial_state(plant, data, np.random.default_rng(seed))
+    mujoco.mj_forward(plant, data)
+    return plant, data
+
+
+def _state(model, data):
+    return np.concatenate([data.qpos, data.qvel, data.act])
+
+
+def test_tasks_registered():
+    tasks = available_tasks()
+    for t in TASKS:
+        assert "ilqg" in tasks[t.name].planners
+
+
+@pytest.mark.parametrize("task", TASKS, ids=TASK_IDS)
+def test_plant_faster_than_planner(task):
+    assert task.plant_model().opt.timestep < task.planner_model().opt.timestep
+
+
+@pytest.mark.parametrize("task", TASKS, ids=TASK_IDS)
+def test_cost_derivatives_finite_at_initial_state(task):
+    plant, data = _initial(task, 0)
+    m = task.planner_model()
+    cost = task.cost(m)
+    T = 5
+    X = np.tile(_state(plant, data), (T + 1, 1))
+    U = np.zeros((T, m.nu))
+    cd = cost.evaluate(X, U)
+    for a in (cd.l, cd.lx, cd.lu, cd.lxx, cd.luu, cd.lux):
+        assert np.all(np.isfinite(a))
+    assert np.isfinite(cost.total(X, U)) and cost.total(X, U) > 0
+    # the state part of the gradient is not identically zero (no stationary start)
+    assert np.abs(cd.lx).max() > 0
+
+
+@pytest.mark.parametrize("task", TASKS, ids=TASK_IDS)
+def test_initial_state_seeded(task):
+    _, d0 = _initial(task, 0)
+    _, d0b = _initial(task, 0)
+    _, d1 = _initial(task, 1)
+    np.testing.assert_array_equal(d0.qpos, d0b.qpos)
+    assert not np.allclose(d0.qpos, d1.qpos)
+    assert not task.success(*_initial(task, 0))
+
+
+def test_acrobot_energy_jacobian():
+    m = ACROBOT_SWINGUP.planner_model()
+    res = AcrobotEnergy(m, 1.0)
+    x = np.array([0.7, -0.4, 1.1, 0.5])
+    d = mujoco.MjData(m)
+    d.qpos[:], d.qvel[:] = x[:2], x[2:]
+    mujoco.mj_kinematics(m, d)
+    mujoco.mj_comPos(m, d)
+    r, jx, ju = res.evaluate(d, x, None, True)
+    assert ju is None and r.shape == (1,)
+    num = np.zeros(4)
+    for j in range(4):
+        e = np.zeros(4)
+        e[j] = 1e-6
+        num[j] = (res(x + e)[0] - res(x - e)[0]) / 2e-6
+    np.testing.assert_allclose(jx[0], num, rtol=1e-4, atol=1e-4)
+    # agrees with MuJoCo's own energy (potential relative to z = 0)
+    m2 = ACROBOT_SWINGUP.planner_model()
+    m2.opt.enableflags |= mujoco.mjtEnableBit.mjENBL_ENERGY
+    d2 = mujoco.MjData(m2)
+    d2.qpos[:], d2.qvel[:] = x[:2], x[2:]
+    mujoco.mj_forward(m2, d2)
+    assert r[0] + 1.0 == pytest.approx(d2.energy.sum(), rel=1e-9)
+
+
+def test_acrobot_success_states():
+    m = ACROBOT_SWINGUP.plant_model()
+    d = mujoco.MjData(m)
+    for q, expect in (([np.pi, 0.0], True), ([-np.pi, 0.0], True), ([0.0, 0.0], False),
+                      ([np.pi, 1.0], False), ([np.pi / 2, 0.0], False)):
+        d.qpos[:] = q
+        mujoco.mj_kinematics(m, d)
+        assert ACROBOT_SWINGUP.success(m, d) is expect, q
+
+
+def test_swimmer_initial_distance_and_success_states():
+    for seed in range(5):
+        m, d = _initial(SWIMMER_REACH, seed)
+        dist = ilqg_tasks._nose_distance(m, d)
+        assert 1.0 - 1e-9 <= dist <= 2.0 + 1e-9
+        np.testing.assert_allclose(d.mocap_pos[0, :2], ilqg_tasks.SWIM_TARGET)
+    # put the nose on the target: success; 0.3 m away: not
+    m, d = _initial(SWIMMER_REACH, 0)
+    yaw = d.qpos[2]
+    head = np.asarray(ilqg_tasks.SWIM_TARGET) - 0.025 * np.array([np.cos(yaw), np.sin(yaw)])
+    d.qpos[:2] = head
+    mujoco.mj_kinematics(m, d)
+    assert SWIMMER_REACH.success(m, d)
+    d.qpos[0] += 0.3
+    mujoco.mj_kinematics(m, d)
+    assert not SWIMMER_REACH.success(m, d)
+
+
+def test_hopper_success_states():
+    m = HOPPER_HOP.plant_model()
+    d = mujoco.MjData(m)
+    d.qpos[:] = m.key("home").qpos
+    mujoco.mj_kinematics(m, d)
+    assert not HOPPER_HOP.success(m, d)                  # at the start
+    d.qpos[0] = ilqg_tasks.HOP_SUCCESS_X + 0.5
+    mujoco.mj_kinematics(m, d)
+    assert HOPPER_HOP.success(m, d)                      # far enough, standing
+    d.qpos[1] = 0.1                                      # fallen (torso on the ground)
+    mujoco.mj_kinematics(m, d)
+    assert not HOPPER_HOP.success(m, d)
+    d.qpos[1] = 1.0
+    d.qpos[2] = 1.5                                      # pitched over
+    mujoco.mj_kinematics(m, d)
+    assert not HOPPER_HOP.success(m, d)
+
+
+def test_hopper_success_needs_no_fall_in_the_run():
+    m = HOPPER_HOP.plant_model()
+    d = mujoco.MjData(m)
+    d.qpos[:] = m.key("home").qpos
+    d.qpos[0] = ilqg_tasks.HOP_SUCCESS_X + 0.5
+    d.time = m.opt.timestep                              # first step of a run: fresh record
+    mujoco.mj_kinematics(m, d)
+    assert HOPPER_HOP.success(m, d)
+    d.time = 1.0
+    d.qpos[1] = 0.2                                      # falls ...
+    mujoco.mj_kinematics(m, d)
+    assert not HOPPER_HOP.success(m, d)
+    d.time = 2.0
+    d.qpos[1] = 1.0                                      # ... and gets up again: still no success
+    mujoco.mj_kinematics(m, d)
+    assert not HOPPER_HOP.success(m, d)
+    d.time = m.opt.timestep                              # a new run starts afresh
+    assert HOPPER_HOP.success(m, d)
+
+
+@pytest.mark.slow
+def test_acrobot_swings_up_closed_loop():
+    result, _ = run_ilqg_task(ACROBOT_SWINGUP, seed=4, mode="sync", lag=0.05, stop_on_success=True)
+    assert result.success, result.summary()
+    assert result.failed_updates == 0
+
+
+@pytest.mark.slow
+def test_swimmer_reaches_closed_loop():
+    result, _ = run_ilqg_task(SWIMMER_REACH, seed=3, mode="sync", lag=0.04, stop_on_success=True)
+    assert result.success, result.summary()
