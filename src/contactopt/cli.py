@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--mode", choices=("sync", "async"), default=None,
                    help="MPC planners: sync (one thread, lag modeled; default) or async (planner thread, real time)")
     r.add_argument("--slowdown", type=float, default=None,
-                   help="MPC planners: wall seconds per simulated second (default 1 = real time)")
+                   help="MPC planners: wall seconds per simulated second (default: the task's target, 1 = real time)")
     r.add_argument("--lag", type=float, default=None, metavar="SECONDS",
                    help="MPC planners, sync mode: fixed policy lag in simulated seconds (default: measured)")
     r.add_argument("--push", action="append", default=None, metavar="T:BODY:FX,FY,FZ[:DURATION]",

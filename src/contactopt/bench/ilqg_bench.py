@@ -7,7 +7,8 @@ by task or model name):
   wall milliseconds per MPC update over the success-rate runs.
 * **Success rate** over ``--seeds`` seeded initial states (default 10): synchronous
   closed loop with the measured policy lag at the task's target slowdown
-  (``lag = update wall time / slowdown``; slowdown 1 = this machine in real time).
+  (``lag = update wall time / slowdown``; slowdown 1 = this machine in real time),
+  each run stopped once the task has succeeded.
 * **Real time**: one asynchronous run (planner and plant threads) at slowdown 1 — the
   real-time factor reached, the measured policy lag, success — and the smallest slowdown
   (from 1, 1.5, 2, 3, 5, 7, 10) at which the asynchronous run of seed 0 succeeds (the
@@ -139,7 +140,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
             target = float(getattr(task, "target_slowdown", 1.0))
             results = []
             for seed in range(seeds):
-                res, _ = run_ilqg_task(task, seed=seed, mode="sync", lag="measured", slowdown=target)
+                res, _ = run_ilqg_task(task, seed=seed, mode="sync", lag="measured", slowdown=target,
+                                       stop_on_success=True)
                 results.append(res)
                 bar.update(1)
             it = np.concatenate([r.iteration_ms() for r in results])

@@ -35,6 +35,7 @@ TaskRunner = Callable[..., dict]
 _BUILTIN_MODULES = (
     "contactopt.tasks.ilqg_tasks",
     "contactopt.tasks.gdd_tasks",
+    "contactopt.tasks.humanoid_getup",
     "contactopt.tasks.idto_tasks",
 )
 

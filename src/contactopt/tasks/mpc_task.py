@@ -182,8 +182,10 @@ def plot_mpc(task_name: str, result, path, *, metric_label: str = "task cost") -
 def ilqg_runner(task: MPCTask):
     """The ``contactopt run`` runner of ``task`` with the iLQG planner."""
 
-    def run(*, seconds=None, seed=0, video=None, plot=None, mode="sync", slowdown=1.0, lag=None, pushes=None,
+    def run(*, seconds=None, seed=0, video=None, plot=None, mode="sync", slowdown=None, lag=None, pushes=None,
             mass_scale=1.0, friction_scale=1.0, **kw):
+        if slowdown is None:  # the slowdown the task is specified at (1 = real time)
+            slowdown = task.target_slowdown
         plant = None
         if mass_scale != 1.0 or friction_scale != 1.0:
             from ..mpc import perturb_model

@@ -1,0 +1,137 @@
+"""humanoid-getup task pieces: cost derivatives, the lying-pose sampler, the success test."""
+
+import mujoco
+import numpy as np
+import pytest
+
+from contactopt import ParameterError
+from contactopt.tasks import humanoid_getup as hg
+
+
+@pytest.fixture(scope="module")
+def plant():
+    return hg.plant_model()
+
+
+@pytest.fixture(scope="module")
+def planner():
+    return hg.planner_model()
+
+
+def test_models_differ_as_planned(plant, planner):
+    assert plant.opt.timestep == pytest.approx(hg.PLANT_TIMESTEP)
+    assert planner.opt.timestep == pytest.approx(hg.PLANNER_DEFAULTS["planner_timestep"])
+    assert planner.opt.timestep > plant.opt.timestep
+    assert (plant.nq, plant.nv, plant.nu) == (23, 22, 16)
+
+
+def test_cost_derivatives_finite_and_match_differences(plant, planner):
+    cost = hg.getup_cost(planner)
+    qpos, qvel = hg.sample_lying_state(plant, 3)
+    rng = np.random.default_rng(0)
+    T = 4
+    X = np.tile(np.concatenate([qpos, qvel]), (T + 1, 1))
+    X[:, plant.nq:] += 0.1 * rng.standard_normal((T + 1, plant.nv))
+    U = rng.uniform(-0.8, 0.8, (T, plant.nu))
+    cd = cost.evaluate(X, U)
+    for a in (cd.l, cd.lx, cd.lu, cd.lxx, cd.luu, cd.lux):
+        assert np.isfinite(a).all()
+    assert cd.total == pytest.approx(cost.total(X, U))
+    assert cd.total > 0
+    # gradient of one stage against central differences on the manifold (the default drops
+    # ∂(J_com v)/∂q of the CoM-velocity term; include it for an exact comparison)
+    from contactopt.model import state_integrate
+    stage = hg.getup_cost(planner, com_vel_position_jacobian=1.0).running
+    x, u = X[1], U[1]
+    g = stage.evaluate(x, u)
+    eps = 1e-6
+    num = np.empty(g.lx.size)
+    for j in range(num.size):
+        e = np.zeros(num.size)
+        e[j] = eps
+        num[j] = (stage.value(state_integrate(planner, x, e), u)
+                  - stage.value(state_integrate(planner, x, -e), u)) / (2 * eps)
+    np.testing.assert_allclose(g.lx, num, rtol=1e-4, atol=1e-5)
+    num_u = np.array([(stage.value(x, u + eps * e) - stage.value(x, u - eps * e)) / (2 * eps)
+                      for e in np.eye(plant.nu)])
+    np.testing.assert_allclose(g.lu, num_u, rtol=1e-5, atol=1e-7)
+
+
+def test_cost_is_small_standing_large_lying(plant, planner):
+    stage = hg.getup_cost(planner).running
+    home = np.concatenate([planner.key_qpos[0], np.zeros(planner.nv)])
+    lying = np.concatenate([planner.key_qpos[1], np.zeros(planner.nv)])
+    u0 = np.zeros(planner.nu)
+    assert stage.value(home, u0) < 0.1 * stage.value(lying, u0)
+
+
+def test_cost_rejects_unknown_weight(planner):
+    with pytest.raises(ParameterError, match="unknown"):
+        hg.getup_cost(planner, w_heigth=3.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sampled_states_lie_settled_without_penetration(plant, seed):
+    qpos, qvel = hg.sample_lying_state(plant, seed)
+    assert qpos.shape == (plant.nq,) and qvel.shape == (plant.nv,)
+    assert np.isfinite(qpos).all() and np.isfinite(qvel).all()
+    assert np.abs(qvel).max() < 0.3                       # at rest
+    d = mujoco.MjData(plant)
+    d.qpos[:] = qpos
+    d.qvel[:] = qvel
+    mujoco.mj_forward(plant, d)
+    m = hg.standing_metrics(plant, d)
+    assert m["head_height"] < 0.5 and m["torso_height"] < 0.5   # lying
+    assert d.subtree_com[0][2] < 0.35
+    assert d.ncon > 0                                            # on the floor
+    assert min(d.contact[i].dist for i in range(d.ncon)) > -0.01  # no deep penetration
+    # joints within their limits (up to the soft-limit margin)
+    for j in range(1, plant.njnt):
+        q = qpos[plant.jnt_qposadr[j]]
+        lo, hi = plant.jnt_range[j]
+        assert lo - 0.05 <= q <= hi + 0.05
+    assert not hg.is_standing(plant, d)
+
+
+def test_sampler_is_reproducible_and_varied(plant):
+    a = hg.sample_lying_state(plant, 7)[0]
+    b = hg.sample_lying_state(plant, np.random.default_rng(7))[0]
+    c = hg.sample_lying_state(plant, 8)[0]
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+    with pytest.raises(ParameterError):
+        hg.sample_lying_state(plant, 0, side="upside-down")
+
+
+def test_is_standing_home_but_not_lying(plant):
+    d = mujoco.MjData(plant)
+    mujoco.mj_resetDataKeyframe(plant, d, plant.key("home").id)
+    mujoco.mj_forward(plant, d)
+    assert hg.is_standing(plant, d)
+    d.qvel[0] = 1.5                                             # sliding fast: not standing still
+    mujoco.mj_forward(plant, d)
+    assert not hg.is_standing(plant, d)
+    mujoco.mj_resetDataKeyframe(plant, d, plant.key("lying").id)
+    mujoco.mj_forward(plant, d)
+    assert not hg.is_standing(plant, d)
+    assert hg.SUCCESS_HOLD_S > 0
+
+
+def test_kneeling_upright_is_not_standing(plant):
+    d = mujoco.MjData(plant)
+    mujoco.mj_resetDataKeyframe(plant, d, plant.key("home").id)
+    q = d.qpos
+    for side in ("left", "right"):
+        q[plant.joint(f"{side}_knee").qposadr[0]] = 1.57          # shins flat on the floor
+    q[2] -= 0.38
+    mujoco.mj_forward(plant, d)
+    assert not hg.is_standing(plant, d)
+
+
+def test_make_planner_one_iteration(plant):
+    dyn, cost, solver = hg.make_planner(nthread=1)
+    qpos, qvel = hg.sample_lying_state(plant, 0)
+    T = hg.PLANNER_DEFAULTS["horizon_steps"]
+    res = solver.solve(np.concatenate([qpos, qvel]), np.zeros((T, plant.nu)), max_iterations=1)
+    assert res.ok and res.U.shape == (T, plant.nu) and np.isfinite(res.K).all()
+    assert res.cost <= res.initial_cost
