@@ -168,7 +168,7 @@ def idto_runner(task: IDTOTask):
 
     def run(*, seconds=None, seed=0, video=None, plot=None, mode="sync", slowdown=1.0, lag=None, pushes=(),
             mass_scale=1.0, friction_scale=1.0, **kw):
-        from .mpc_task import plot_mpc, write_video
+        from .mpc_task import write_outputs
 
         result, plant, x0 = run_idto_task(task, seconds=seconds, seed=seed, mode=mode, slowdown=slowdown,
                                           lag=lag, pushes=pushes, mass_scale=mass_scale,
@@ -182,13 +182,7 @@ def idto_runner(task: IDTOTask):
         report["seed"] = seed
         if task.report is not None:
             report.update(task.report(task, plant, result, x0))
-        if video is not None:
-            report["video_frames"] = write_video(plant, result, video)
-            report["video"] = str(video)
-        if plot is not None:
-            plot_mpc(task.name, result, plot)
-            report["plot"] = str(plot)
-        return report
+        return write_outputs(report, task.name, plant, result, video, plot)
 
     run.task = task
     return run

@@ -179,6 +179,17 @@ def plot_mpc(task_name: str, result, path, *, metric_label: str = "task cost") -
     save_figure(fig, path)
 
 
+def write_outputs(report: dict, task_name: str, plant, result, video=None, plot=None) -> dict:
+    """Write the optional MP4 ``video`` and PNG ``plot`` of a closed-loop run; note them in ``report``."""
+    if video is not None:
+        report["video_frames"] = write_video(plant, result, video)
+        report["video"] = str(video)
+    if plot is not None:
+        plot_mpc(task_name, result, plot)
+        report["plot"] = str(plot)
+    return report
+
+
 def ilqg_runner(task: MPCTask):
     """The ``contactopt run`` runner of ``task`` with the iLQG planner."""
 
@@ -200,13 +211,7 @@ def ilqg_runner(task: MPCTask):
                                 for p in pushes]
         if plant is not None and (mass_scale != 1.0 or friction_scale != 1.0):
             report["model_error"] = {"mass_scale": mass_scale, "friction_scale": friction_scale}
-        if video is not None:
-            report["video_frames"] = write_video(plant, result, video)
-            report["video"] = str(video)
-        if plot is not None:
-            plot_mpc(task.name, result, plot)
-            report["plot"] = str(plot)
-        return report
+        return write_outputs(report, task.name, plant, result, video, plot)
 
     run.task = task  # bench ilqg finds the task through its runner
     return run
