@@ -238,18 +238,15 @@ def cmd_bench(args) -> int:
         if not args.plots.is_dir():
             raise ParameterError(f"--plots: directory {args.plots} does not exist")
         options["plots"] = args.plots
-    if args.seeds is not None:
-        if "seeds" not in bench.options:
-            raise ParameterError(f"benchmark {bench.name!r} runs no seeded tasks (--seeds is not supported)")
-        if args.seeds < 1:
-            raise ParameterError(f"--seeds must be >= 1, got {args.seeds}")
-        options["seeds"] = args.seeds
-    if args.records is not None:
-        if "records" not in bench.options:
-            raise ParameterError(f"benchmark {bench.name!r} records no dataset (--records is not supported)")
-        if args.records < 1:
-            raise ParameterError(f"--records must be >= 1, got {args.records}")
-        options["records"] = args.records
+    for name, doing in (("seeds", "runs no seeded tasks"), ("records", "records no dataset")):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        if name not in bench.options:
+            raise ParameterError(f"benchmark {bench.name!r} {doing} (--{name} is not supported)")
+        if value < 1:
+            raise ParameterError(f"--{name} must be >= 1, got {value}")
+        options[name] = value
     result = bench.run(args.model, min_time=args.min_time, **options)
     text = json.dumps(result, indent=2)
     if args.out is not None:

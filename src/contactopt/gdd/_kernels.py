@@ -610,8 +610,6 @@ def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
     """Objective, cost and gradient at ``a``; fills the work arrays. Returns ``(L, ℓ)``."""
     nv = a.shape[0]
     nefc = pb.J.shape[0]
-    nz = pb.Ceq.shape[0]
-    nb = pb.Cbox.shape[0]
     m2 = pb.Ka2.shape[0]
     _matvec(pb.J, a, wk.jar)
     for i in range(nefc):
@@ -627,11 +625,7 @@ def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
     chol_solve(pb.LM, wk.g, wk.y)
     _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, wk.g, wk.h)
     _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, wk.g, wk.w)
-    _box_nu(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b, wk.nu, wk.bact)
-    phi = 0.5 * _dot(wk.g, wk.y)
-    for e in range(nz):
-        phi += lam[e] * wk.h[e] + 0.5 * pb.rho_e[e] * wk.h[e] * wk.h[e]
-    phi += _box_psi(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b)
+    phi = 0.5 * _dot(wk.g, wk.y) + _constraint_terms(pb, wk, lam, mu_lo, mu_hi)
     # ℓ = ½ aᵀQa + qᵀa + ½‖Ka2 a + Kf2 f + e2‖²
     _matvec(pb.Q, a, wk.tmp_nv)
     ell = 0.5 * _dot(a, wk.tmp_nv) + _dot(pb.q, a)
@@ -645,49 +639,48 @@ def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
         ell += 0.5 * s * s
     phi += ell
     # ∇_g L = y + Ceqᵀ(λ + ρ h) + Cboxᵀ ν
-    for k in range(nv):
-        wk.gradg[k] = wk.y[k]
-    for e in range(nz):
-        s = lam[e] + pb.rho_e[e] * wk.h[e]
-        for p in range(pb.ce_nnz[e]):
-            k = pb.ce_idx[e, p]
-            wk.gradg[k] += pb.Ceq[e, k] * s
-    for j in range(nb):
-        s = wk.nu[j]
-        if s != 0.0:
-            for p in range(pb.cb_nnz[j]):
-                k = pb.cb_idx[j, p]
-                wk.gradg[k] += pb.Cbox[j, k] * s
-    _eval_gradient(pb, wk, a)
+    _lagrangian_gradient(pb, wk, a, lam)
     return phi, ell
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell):
     """Objective and gradient after the multipliers changed (a, g, f and ℓ unchanged)."""
-    nv = a.shape[0]
-    nz = pb.Ceq.shape[0]
-    nb = pb.Cbox.shape[0]
+    phi = 0.5 * _dot(wk.g, wk.y) + ell + _constraint_terms(pb, wk, lam, mu_lo, mu_hi)
+    _lagrangian_gradient(pb, wk, a, lam)
+    return phi
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _constraint_terms(pb, wk, lam, mu_lo, mu_hi):
+    """Augmented-Lagrangian terms of the constraints at the current ``h = Ceq g``, ``w = Cbox g``:
+    ``Σ_e λ_e h_e + ½ ρ_e h_e²`` plus the box penalty ψ; updates the box multipliers ``ν``."""
     _box_nu(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b, wk.nu, wk.bact)
-    phi = 0.5 * _dot(wk.g, wk.y) + ell
-    for e in range(nz):
-        phi += lam[e] * wk.h[e] + 0.5 * pb.rho_e[e] * wk.h[e] * wk.h[e]
-    phi += _box_psi(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b)
+    total = 0.0
+    for e in range(pb.Ceq.shape[0]):
+        total += lam[e] * wk.h[e] + 0.5 * pb.rho_e[e] * wk.h[e] * wk.h[e]
+    return total + _box_psi(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b)
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _lagrangian_gradient(pb, wk, a, lam):
+    """``∇_g L = y + Ceqᵀ(λ + ρ h) + Cboxᵀ ν`` into ``wk.gradg`` (sparse rows), then the
+    gradient in ``a`` (:func:`_eval_gradient`)."""
+    nv = a.shape[0]
     for k in range(nv):
         wk.gradg[k] = wk.y[k]
-    for e in range(nz):
+    for e in range(pb.Ceq.shape[0]):
         s = lam[e] + pb.rho_e[e] * wk.h[e]
         for p in range(pb.ce_nnz[e]):
             k = pb.ce_idx[e, p]
             wk.gradg[k] += pb.Ceq[e, k] * s
-    for j in range(nb):
+    for j in range(pb.Cbox.shape[0]):
         s = wk.nu[j]
         if s != 0.0:
             for p in range(pb.cb_nnz[j]):
                 k = pb.cb_idx[j, p]
                 wk.gradg[k] += pb.Cbox[j, k] * s
     _eval_gradient(pb, wk, a)
-    return phi
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
