@@ -37,6 +37,8 @@ _BUILTIN_MODULES = (
     "contactopt.tasks.gdd_tasks",
     "contactopt.tasks.humanoid_getup",
     "contactopt.tasks.idto_tasks",
+    "contactopt.tasks.idto_quadruped",
+    "contactopt.tasks.idto_manipulation",
 )
 
 
