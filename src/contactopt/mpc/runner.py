@@ -114,6 +114,7 @@ class MPCSettings:
       record_period: simulated seconds between recorded samples (≥ plant step).
       success_hold: seconds the task's success test must hold continuously.
       stop_on_success: end the run once the task has succeeded (after ``success_hold``).
+      stop_on_failure: end the run at the first failure (the ``failure`` test of :func:`run_mpc`).
       max_failed_updates: consecutive failed updates after which the run stops with an error.
     """
 
@@ -126,6 +127,7 @@ class MPCSettings:
     record_period: float = 0.01
     success_hold: float = 0.0
     stop_on_success: bool = False
+    stop_on_failure: bool = False
     max_failed_updates: int = 1000
 
     def __post_init__(self):
@@ -174,8 +176,11 @@ class MPCResult:
     Attributes:
       time: ``(N,)`` recorded times (s); qpos ``(N, nq)``, qvel ``(N, nv)``, ctrl ``(N, nu)``.
       metric: ``(N,)`` the task's running cost on the plant state (nan without one).
-      success: whether the success test held for ``success_hold`` seconds.
+      success: whether the success test held for ``success_hold`` seconds (and, with a
+        failure test, started to hold before the first failure).
       time_to_success: time (s) at which it started to hold, or None.
+      time_of_failure: first time (s) the task's failure test was true (latched), or None.
+      pushes: the :class:`Push` es applied to the plant.
       updates: :class:`UpdateRecord` per planner update.
       wall_time: wall seconds of the closed loop (the initial plan excluded).
       simulated_time: simulated seconds covered.
@@ -198,6 +203,8 @@ class MPCResult:
     slowdown: float
     mocap_pos: np.ndarray | None = None
     mocap_quat: np.ndarray | None = None
+    time_of_failure: float | None = None
+    pushes: tuple = ()
 
     @property
     def realtime_factor(self) -> float:
@@ -230,6 +237,7 @@ class MPCResult:
         return {
             "success": bool(self.success),
             "time_to_success": None if self.time_to_success is None else round(float(self.time_to_success), 4),
+            "time_of_failure": None if self.time_of_failure is None else round(float(self.time_of_failure), 4),
             "final_cost": float(finite[-1]) if finite.size else None,
             "iteration_ms_median": float(np.median(it)) if it.size else None,
             "iteration_ms_p95": float(np.percentile(it, 95)) if it.size else None,
@@ -277,7 +285,7 @@ def perturb_model(model: mujoco.MjModel, *, mass_scale: float = 1.0, friction_sc
 class _Plant:
     """Plant-side bookkeeping shared by both modes: stepping, pushes, recording, success."""
 
-    def __init__(self, model, data, settings: MPCSettings, success, metric):
+    def __init__(self, model, data, settings: MPCSettings, success, metric, failure=None):
         self.model, self.data, self.s = model, data, settings
         self.h = float(model.opt.timestep)
         self.n = max(1, int(round(settings.duration / self.h)))
@@ -289,9 +297,10 @@ class _Plant:
         self.ctrl = np.zeros((nrec, model.nu))
         self.metric = np.full(nrec, np.nan)
         self.nrec = 0
-        self.success_fn, self.metric_fn = success, metric
+        self.success_fn, self.metric_fn, self.failure_fn = success, metric, failure
         self.success_since: float | None = None
         self.succeeded_at: float | None = None
+        self.failed_at: float | None = None
         self.fallbacks = 0
         self.nx = model.nq + model.nv + model.na
         self._x = np.empty(self.nx)
@@ -349,7 +358,9 @@ class _Plant:
         if d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number != bad or not (
                 np.isfinite(d.qpos).all() and np.isfinite(d.qvel).all()):
             raise SimulationError(f"the plant diverged at t = {t:.4f} s (non-finite state)")
-        if self.success_fn is not None:
+        if self.failed_at is None and self.failure_fn is not None and self.failure_fn(self.model, d):
+            self.failed_at = float(d.time)  # latched: no success can start after a failure
+        if self.success_fn is not None and self.failed_at is None:
             if self.success_fn(self.model, d):
                 if self.success_since is None:
                     self.success_since = d.time
@@ -359,7 +370,8 @@ class _Plant:
                 self.success_since = None
 
     def done_early(self) -> bool:
-        return self.s.stop_on_success and self.succeeded_at is not None
+        return ((self.s.stop_on_success and self.succeeded_at is not None)
+                or (self.s.stop_on_failure and self.failed_at is not None))
 
     def result(self, updates, wall, mode) -> MPCResult:
         n = self.nrec
@@ -368,7 +380,8 @@ class _Plant:
                          self.metric[:n].copy(), self.succeeded_at is not None, self.succeeded_at, updates,
                          wall, float(d.time - self.t[0]) if n else 0.0, self.fallbacks, mode, self.s.slowdown,
                          d.mocap_pos.copy() if self.model.nmocap else None,
-                         d.mocap_quat.copy() if self.model.nmocap else None)
+                         d.mocap_quat.copy() if self.model.nmocap else None, self.failed_at,
+                         tuple(self.s.pushes))
 
 
 def _check_update(upd) -> PlannerUpdate:
@@ -382,7 +395,7 @@ def _check_update(upd) -> PlannerUpdate:
 
 def run_mpc(planner: Planner, plant_model: mujoco.MjModel, plant_data: mujoco.MjData,
             settings: MPCSettings, *, success: Callable | None = None,
-            metric: Callable | None = None) -> MPCResult:
+            metric: Callable | None = None, failure: Callable | None = None) -> MPCResult:
     """Run receding-horizon control of ``plant_model`` with ``planner``.
 
     Args:
@@ -392,6 +405,9 @@ def run_mpc(planner: Planner, plant_model: mujoco.MjModel, plant_data: mujoco.Mj
       settings: :class:`MPCSettings`.
       success: ``success(model, data) -> bool``, the task's test on the plant state.
       metric: ``metric(model, data) -> float``, the task's running cost, recorded.
+      failure: ``failure(model, data) -> bool``, the task's failure test (e.g. "fell"),
+        checked after every plant step and latched at its first true: a success must have
+        started to hold before it (``MPCResult.time_of_failure``).
 
     Returns:
       :class:`MPCResult`.
@@ -405,7 +421,7 @@ def run_mpc(planner: Planner, plant_model: mujoco.MjModel, plant_data: mujoco.Mj
         raise ParameterError(f"settings must be MPCSettings, got {type(settings).__name__}")
     if not (np.isfinite(plant_data.qpos).all() and np.isfinite(plant_data.qvel).all()):
         raise NonFiniteError("initial plant state is not finite")
-    plant = _Plant(plant_model, plant_data, settings, success, metric)
+    plant = _Plant(plant_model, plant_data, settings, success, metric, failure)
     mujoco.mj_forward(plant_model, plant_data)
     t0 = float(plant_data.time)
     first = _check_update(planner.reset(t0, plant.state()))

@@ -57,6 +57,8 @@ class IDTOTask:
       nominal: ``(model, T, h) -> nominal(t, x) -> (q_nom (T+1, nq), v_nom (T+1, nv))``.
       initial_state: ``(model, data, rng)`` sets ``data.qpos``/``qvel`` from a seeded generator.
       success: ``(model, data) -> bool`` on the plant; success_hold: seconds it must hold.
+      failure: optional ``(model, data) -> bool`` failure test on the plant (e.g. "fell"),
+        latched at its first true (see :func:`~contactopt.mpc.run_mpc`).
       metric: ``(model, data) -> float`` recorded on the plant.
       kp, kd: policy gains along each actuator's direction (``(nu,)`` or scalar).
       lag: sync-mode policy lag [s] (one replan period at the paper's MPC rate);
@@ -92,6 +94,7 @@ class IDTOTask:
     solver: dict = field(default_factory=dict)
     report: Callable | None = None
     success_factory: Callable | None = None
+    failure: Callable | None = None
 
 
 def _load(name: str):
@@ -99,8 +102,13 @@ def _load(name: str):
     return load_model(name)
 
 
-def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, **overrides):
-    """The :class:`~contactopt.mpc.idto_planner.IDTOPlanner` of ``task`` (``overrides``: fields of the task)."""
+def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, workers: int | None = None,
+                       **overrides):
+    """The :class:`~contactopt.mpc.idto_planner.IDTOPlanner` of ``task`` (``overrides``: fields of the task).
+
+    ``workers``: threads differentiating time steps in parallel (``IDTOProblem(workers=...)``);
+    None keeps the task's setting (its ``weights`` may name one; default 1).
+    """
     from ..idto import ContactModel, ContactParameters, IDTOProblem, SolverOptions
     from ..mpc.idto_planner import IDTOPlanner
 
@@ -117,7 +125,10 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, **ov
         bodies = cp.pop("bodies", None)
         contact = ContactModel(m, ContactParameters(**cp), bodies=bodies)
     q0 = m.qpos0.copy()
-    problem = IDTOProblem(m, task.horizon, task.time_step, q0, contact=contact, **task.weights)
+    kwargs = dict(task.weights)
+    if workers is not None:
+        kwargs["workers"] = workers
+    problem = IDTOProblem(m, task.horizon, task.time_step, q0, contact=contact, **kwargs)
     options = SolverOptions(**{"convergence": None, **task.solver})
     return IDTOPlanner(problem, plant_model=m, options=options, initial_iterations=task.initial_iterations,
                        iterations_per_update=task.iterations_per_update,
@@ -159,7 +170,7 @@ def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0
                            slowdown=slowdown, pushes=tuple(pushes), success_hold=task.success_hold,
                            stop_on_success=stop_on_success)
     success = task.success if task.success_factory is None else task.success_factory(x0, seconds)
-    result = run_mpc(planner, plant, data, settings, success=success, metric=task.metric)
+    result = run_mpc(planner, plant, data, settings, success=success, metric=task.metric, failure=task.failure)
     return result, plant, x0
 
 

@@ -34,12 +34,15 @@ class MPCTask:
         ``plant_data`` from a ``numpy.random.Generator`` (seeded by ``--seed``).
       success: ``(model, data) -> bool`` the success test on the plant state.
       success_hold: seconds it must hold continuously.
+      failure: ``(model, data) -> bool`` or None: a failure test on the plant state (e.g.
+        "fell"), latched at its first true — a success must start before it.
       metric: ``(model, data) -> float`` a running cost on the plant state, recorded.
       ilqg: planner defaults: ``horizon`` (steps), ``settings`` (dict of
         :class:`~contactopt.solvers.ilqg.ILQGSettings` fields), ``iterations_per_update``,
         ``initial_iterations``, ``derivative_stride``, ``nominal_control``.
       lag: default sync-mode lag (seconds, or ``"measured"``).
-      pushes: :class:`~contactopt.mpc.Push` es applied by default.
+      pushes: :class:`~contactopt.mpc.Push` es applied by default, or ``(rng) -> pushes``
+        drawn per run from the seeded generator (after the initial state).
       target_slowdown: the slowdown at which the task must succeed (issue targets:
         1 = real time; the humanoid 2); ``bench ilqg`` measures its success rate there.
     """
@@ -54,10 +57,11 @@ class MPCTask:
     success: Callable
     metric: Callable | None = None
     success_hold: float = 0.0
+    failure: Callable | None = None
     default_seconds: float = 5.0
     ilqg: dict = field(default_factory=dict)
     lag: float | str = "measured"
-    pushes: tuple = ()
+    pushes: tuple | Callable = ()
     target_slowdown: float = 1.0
 
 
@@ -91,7 +95,7 @@ def run_ilqg_task(task: MPCTask, *, seconds: float | None = None, seed: int = 0,
       seconds: simulated duration (default ``task.default_seconds``).
       seed: seeds the initial state.
       mode, lag, slowdown: see :class:`~contactopt.mpc.MPCSettings` (lag default: the task's).
-      pushes: override of the task's pushes.
+      pushes: override of the task's pushes (default: the task's, drawn from the seed if a callable).
       plant_model: override of the plant (e.g. :func:`~contactopt.mpc.perturb_model` errors).
       textbook: use textbook iLQG instead of the seed's improvements.
       planner_overrides: keys of ``task.ilqg`` to override.
@@ -106,13 +110,17 @@ def run_ilqg_task(task: MPCTask, *, seconds: float | None = None, seed: int = 0,
         raise ParameterError(f"seconds must be positive, got {seconds}")
     plant = task.plant_model() if plant_model is None else plant_model
     data = mujoco.MjData(plant)
-    task.initial_state(plant, data, np.random.default_rng(seed))
+    rng = np.random.default_rng(seed)
+    task.initial_state(plant, data, rng)
+    if pushes is None:
+        pushes = task.pushes(rng) if callable(task.pushes) else task.pushes
     planner = build_ilqg_planner(task, textbook=textbook, **planner_overrides)
     settings = MPCSettings(duration=seconds, mode=mode, lag=task.lag if lag is None else lag,
-                           slowdown=slowdown, pushes=task.pushes if pushes is None else tuple(pushes),
+                           slowdown=slowdown, pushes=tuple(pushes),
                            success_hold=task.success_hold, stop_on_success=stop_on_success)
     try:
-        result = run_mpc(planner, plant, data, settings, success=task.success, metric=task.metric)
+        result = run_mpc(planner, plant, data, settings, success=task.success, metric=task.metric,
+                         failure=task.failure)
     finally:
         planner.dynamics.close()
     return result, plant
@@ -206,9 +214,9 @@ def ilqg_runner(task: MPCTask):
                                       pushes=pushes, plant_model=plant, **kw)
         report = _report(task, "ilqg", result)
         report["seed"] = seed
-        if pushes:
-            report["pushes"] = [{"time": p.time, "duration": p.duration, "body": p.body, "force": list(p.force)}
-                                for p in pushes]
+        if result.pushes:
+            report["pushes"] = [{"time": p.time, "duration": p.duration, "body": p.body,
+                                 "force": [float(f) for f in p.force]} for p in result.pushes]
         if plant is not None and (mass_scale != 1.0 or friction_scale != 1.0):
             report["model_error"] = {"mass_scale": mass_scale, "friction_scale": friction_scale}
         return write_outputs(report, task.name, plant, result, video, plot)
