@@ -511,3 +511,236 @@ def test_backend_jacobian_matches_dense_reference(backend, rng):
     J = _dense_fd_jacobian(pr, q)
     Jb = pr.dense_jacobian(lin)
     np.testing.assert_allclose(Jb, J, atol=1e-5 * np.abs(J).max())
+
+
+# --------------------------------------------------------------------------- speed paths (issue 5)
+
+
+def _contact_states(m, q0, rng, K, scale, vscale):
+    qs = np.tile(q0, (K, 1))
+    for i in range(K):
+        mujoco.mj_integratePos(m, qs[i], rng.normal(scale=scale, size=m.nv), 1.0)
+    return qs, rng.normal(scale=vscale, size=(K, m.nv))
+
+
+@pytest.mark.parametrize("name", ["hopper", "ball", "spinner"])
+def test_contact_batch_matches_contact_model(name, rng):
+    from contactopt.idto.batch import ContactBatch
+
+    m = load_model(name)
+    if name == "hopper":
+        q0 = m.key_qpos[0].copy()
+        q0[1] -= 0.005
+        cms = [ContactModel(m, ContactParameters(stiffness=800, smoothing=0.01)),  # μ from MuJoCo
+               ContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=0.3), bodies=["torso"])]
+    elif name == "ball":
+        q0 = np.array([0, 0, 0.097, 1, 0, 0, 0.0])
+        cms = [ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5))]
+    else:
+        q0 = np.array([0.3, 1.58, 0.0])  # fingertip touching the spinner
+        cms = [ContactModel(m, ContactParameters(stiffness=200, smoothing=0.01, friction=0.5))]
+    qs, vs = _contact_states(m, q0, rng, 12, 0.01, 0.2)
+    qs[-1, :3] += 5.0  # far from everything (no pair in range) for the free ball / hopper / spinner
+    d = mujoco.MjData(m)
+    counts = []
+    for cm in cms:
+        bf = ContactBatch(cm).forces(qs, vs, dv=True, dq=True)
+        counts.append(int(bf.count[:-1].sum()))
+        assert bf.F.shape == (12, m.nv) and bf.dFdq.shape == (12, m.nv, m.nv)
+        for k in range(12):
+            d.qpos[:] = qs[k]
+            ref = cm.forces(d, vs[k], derivative=True)
+            assert bf.count[k] == ref.gamma.shape[0]
+            assert bf.dofs[k].any() == (bf.count[k] > 0)  # dofs that move a body in contact
+            np.testing.assert_allclose(bf.F[k], ref.generalized, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(bf.dFdv[k], ref.dforce_dv, rtol=1e-12, atol=1e-10)
+        assert bf.count[-1] == 0
+    assert counts[0] > 0  # contacts were exercised
+
+
+def _central_dq(m, cb, q, v, eps=1e-6):
+    """Central differences of ContactBatch forces w.r.t. tangent perturbations, (K, nv, nv)."""
+    out = np.empty((q.shape[0], m.nv, m.nv))
+    for i in range(m.nv):
+        qp, qm = q.copy(), q.copy()
+        for k in range(q.shape[0]):
+            mujoco.mj_integratePos(m, qp[k], np.eye(m.nv)[i] * eps, 1.0)
+            mujoco.mj_integratePos(m, qm[k], -np.eye(m.nv)[i] * eps, 1.0)
+        out[:, :, i] = (cb.forces(qp, v).F - cb.forces(qm, v).F) / (2 * eps)
+    return out
+
+
+def test_analytic_contact_position_derivative(rng):
+    """Closed-form ∂F/∂q: exact for spheres, capsules and planes (here a free ball sliding and
+    spinning on the ground, a hopper foot, the spinner's capsule finger on its sphere)."""
+    from contactopt.idto.batch import ContactBatch
+
+    m = load_model("ball")
+    cb = ContactBatch(ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5)))
+    q = np.array([[0, 0, 0.097, 1, 0, 0, 0.0], [0.1, -0.2, 0.101, 0.9, 0.1, -0.3, 0.2]])
+    q[1, 3:] /= np.linalg.norm(q[1, 3:])
+    for v in (np.zeros((2, 6)), np.array([[0.3, -0.1, -0.05, 1.0, 2.0, -0.5]] * 2)):
+        bf = cb.forces(q, v, dq=True)
+        fd = _central_dq(m, cb, q, v)
+        assert bf.exact.all() and np.abs(fd[:, 2, 2]).min() > 100  # the stiff term is there
+        np.testing.assert_allclose(bf.dFdq, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
+    for name, q0, k in (("hopper", None, 800.0), ("spinner", np.array([0.42, 1.3, 0.0]), 200.0)):
+        m = load_model(name)
+        q0 = m.key_qpos[0] - [0, 0.01, 0, 0, 0] if q0 is None else q0
+        cb = ContactBatch(ContactModel(m, ContactParameters(stiffness=k, smoothing=0.01, friction=0.7)))
+        qs, vs = _contact_states(m, q0, rng, 6, 0.01, 0.5)
+        bf = cb.forces(qs, vs, dq=True)
+        fd = _central_dq(m, cb, qs, vs)
+        assert bf.exact.all() and np.abs(bf.F).max() > 1
+        for j in range(6):
+            np.testing.assert_allclose(bf.dFdq[j], fd[j], rtol=0, atol=1e-6 * max(np.abs(fd[j]).max(), 1e-9))
+
+
+_CYLINDER_XML = """
+<mujoco>
+  <worldbody>
+    <geom type="plane" size="5 5 .1"/>
+    <body pos="0 0 .2">
+      <freejoint/>
+      <geom name="box" type="box" size=".1 .2 .05" pos="0 0 -.1" mass="2"/>
+      <geom name="can" type="cylinder" size=".05 .1" pos=".3 0 0" euler="0 90 0" mass="1"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_analytic_contact_derivative_on_other_geometry():
+    """Box corners on the ground are exact; a cylinder lying on the ground keeps only the
+    signed-distance term (flagged not exact), and the default "auto" mode then falls back to
+    finite differences and matches "fd"."""
+    from contactopt.idto.batch import ContactBatch
+
+    m = mujoco.MjModel.from_xml_string(_CYLINDER_XML)
+    cm = ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5))
+    cb = ContactBatch(cm)
+    v = np.array([[0.2, 0.1, 0.0, 0.5, -0.3, 0.2]])
+    box_only = np.array([[0, 0, 0.148, 1, 0, 0, 0.0]])  # box 2 mm into the floor, cylinder above
+    both = np.array([[0, 0, 0.048, 0.99, 0.0, 0.1, 0.0]])
+    both[0, 3:] /= np.linalg.norm(both[0, 3:])
+    bf = cb.forces(box_only, v, dq=True)
+    fd = _central_dq(m, cb, box_only, v)
+    assert bf.exact[0] and np.abs(bf.F).max() > 1
+    np.testing.assert_allclose(bf.dFdq, fd, rtol=0, atol=1e-6 * np.abs(fd).max())
+    bf = cb.forces(both, v, dq=True)
+    assert not bf.exact[0]
+    fd = _central_dq(m, cb, both, v)
+    err = np.abs(bf.dFdq - fd).max() / np.abs(fd).max()
+    assert 1e-6 < err < 0.5, err  # approximate, but the dominant stiff term is there
+    T = 3
+    q = np.tile(both[0], (T + 1, 1))
+    q[1:, 0] += 0.01 * np.arange(1, T + 1)
+    kw = dict(Qq=1.0, R=0.1, contact=cm)
+    lin_auto = IDTOProblem(m, T, 0.05, both[0], **kw).linearize(q)
+    lin_fd = IDTOProblem(m, T, 0.05, both[0], contact_derivatives="fd", **kw).linearize(q)
+    np.testing.assert_allclose(lin_auto.dtau, lin_fd.dtau, rtol=0, atol=1e-9 * np.abs(lin_fd.dtau).max())
+
+
+def test_analytic_difference_jacobians_on_every_joint_type(mixed_model, rng):
+    m = mixed_model
+    pr = IDTOProblem(m, 3, 0.05, m.qpos0)
+    assert pr._quat_joints and not pr._euclidean
+    for _ in range(3):
+        q0, q1 = m.qpos0.copy(), m.qpos0.copy()
+        mujoco.mj_integratePos(m, q0, rng.normal(size=m.nv), 1.0)
+        mujoco.mj_integratePos(m, q1, rng.normal(size=m.nv), 1.0)
+        A0, A1 = pr._diff_jac(q0, q1, 0.05, True, True)
+        F0, F1 = pr._diff_jac_fd(q0, q1, 0.05, True, True)
+        np.testing.assert_allclose(A0, F0, atol=2e-6 * np.abs(F0).max())
+        np.testing.assert_allclose(A1, F1, atol=2e-6 * np.abs(F1).max())
+
+
+@pytest.mark.parametrize("mode", ["auto", "fd", "analytic"])
+def test_batched_compliant_jacobian_matches_per_step_reference(mode, rng):
+    """The vectorized linearization (mjd_inverseFD, batched contact) against the per-step chain rule."""
+    m, pr = _hopper_problem(T=5, contact_derivatives=mode)
+    q = np.tile(pr.q_init, (6, 1))
+    q[1:, 1] -= np.linspace(0.001, 0.012, 5)
+    q[1:, 0] += np.linspace(0.0, 0.03, 5)
+    q[1:, 3:] += rng.normal(scale=0.05, size=(5, 2))
+    lin = pr.linearize(q)
+    tr = pr.trajectory(q)
+    np.testing.assert_allclose(lin.tau, tr.tau, rtol=1e-12, atol=1e-9)
+    # the batched evaluation (mj_inverse + ContactBatch) equals the per-step reference path
+    for t in range(pr.T):
+        tau_t, fc_t = pr.inverse_dynamics(q[t + 1], tr.v[t + 1], tr.a[t])
+        np.testing.assert_allclose(tr.tau[t], tau_t, rtol=1e-10, atol=1e-9)
+        np.testing.assert_allclose(tr.contact[t], fc_t, rtol=1e-10, atol=1e-9)
+    assert np.abs(tr.contact).max() > 1  # the foot is in contact
+    _, _, dprev, dcur, dback = pr._kinematic_jacobians(q)
+    ref = np.array([pr._tau_jac_compliant(t, q, tr.v, dprev, dcur, dback) for t in range(pr.T)])
+    scale = np.abs(ref).max()
+    # sphere / capsule / plane contacts: the closed form is exact, all modes agree with the reference
+    np.testing.assert_allclose(lin.dtau, ref, atol=1e-5 * scale)
+    # time steps in parallel threads give the same Jacobian
+    _, pr2 = _hopper_problem(T=5, contact_derivatives=mode, workers=2)
+    lin2 = pr2.linearize(q)
+    np.testing.assert_allclose(lin2.dtau, lin.dtau, rtol=1e-12, atol=1e-12 * scale)
+    np.testing.assert_allclose(lin2.r, lin.r, rtol=1e-12, atol=1e-12)
+
+
+def test_contact_derivatives_option_validation_and_solver():
+    m, pr = _hopper_problem(T=8, contact_derivatives="analytic")
+    assert pr.contact_derivatives == "analytic"
+    with pytest.raises(ParameterError, match="contact_derivatives"):
+        _hopper_problem(T=3, contact_derivatives="exact")
+    assert _hopper_problem(T=3)[1].contact_derivatives == "auto"
+    res = IDTOSolver(pr, SolverOptions(max_iterations=15)).solve(np.tile(pr.q_init, (9, 1)))
+    costs = [it.cost for it in res.log if it.accepted] + [res.cost]
+    assert all(b <= a + 1e-12 for a, b in zip(costs, costs[1:]))
+    assert res.cost < 0.5 * res.log[0].cost
+    # the BLAS thread limiter changes nothing in the result
+    res2 = IDTOSolver(pr, SolverOptions(max_iterations=15, single_thread_blas=False)).solve(np.tile(pr.q_init, (9, 1)))
+    np.testing.assert_allclose(res2.q, res.q, rtol=1e-9, atol=1e-12)
+
+
+def test_contact_batch_bad_input():
+    from contactopt.idto.batch import ContactBatch
+
+    m = load_model("hopper")
+    with pytest.raises(ParameterError, match="ContactModel"):
+        ContactBatch(m)
+    cb = ContactBatch(ContactModel(m))
+    with pytest.raises(ShapeError):
+        cb.forces(np.zeros((3, m.nq + 1)), np.zeros((3, m.nv)))
+    with pytest.raises(ShapeError):
+        cb.forces(np.zeros((3, m.nq)), np.zeros((2, m.nv)))
+    with pytest.raises(NonFiniteError):
+        cb.forces(np.full((1, m.nq), np.nan), np.zeros((1, m.nv)))
+    out = cb.forces(np.zeros((0, m.nq)), np.zeros((0, m.nv)))
+    assert out.F.shape == (0, m.nv)
+
+
+_EDGES_XML = """
+<mujoco>
+  <worldbody>
+    <body pos="0 0 0"><joint type="hinge" axis="0 1 0"/>
+      <geom type="cylinder" size=".1 .3" euler="90 0 0"/></body>
+    <body pos="1 0 0"><joint type="hinge" axis="0 0 1"/><geom type="box" size=".1 .1 .1"/></body>
+    <body pos="0 0 .145"><freejoint/><geom type="sphere" size=".05"/></body>
+    <body pos="1.1 0.1 .2"><freejoint/><geom type="sphere" size=".05"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_analytic_contact_derivative_cylinder_side_and_box_edge(rng):
+    """Spheres against a rotating cylinder's side (a line core) and a rotating box's edge."""
+    from contactopt.idto.batch import ContactBatch
+
+    m = mujoco.MjModel.from_xml_string(_EDGES_XML)
+    cb = ContactBatch(ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5)))
+    q0 = m.qpos0.copy()
+    q0[4] = 0.145  # sphere 1 on top of the cylinder (radius 0.1): 5 mm penetration
+    q0[9:12] = [1.1 + 0.03, 0.0, 0.1 + 0.03]  # sphere 2 at the box's edge x = z = 0.1, along y
+    qs, vs = _contact_states(m, q0, rng, 4, 0.003, 0.5)
+    bf = cb.forces(qs, vs, dq=True)
+    assert bf.exact.all() and bf.count.min() >= 2 and np.abs(bf.F).max() > 1
+    fd = _central_dq(m, cb, qs, vs)
+    for j in range(4):
+        np.testing.assert_allclose(bf.dFdq[j], fd[j], rtol=0, atol=1e-6 * np.abs(fd[j]).max())

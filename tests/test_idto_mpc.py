@@ -169,3 +169,33 @@ def test_spinner_closed_loop_turns_the_spinner():
     assert res.failed_updates == 0
     gained = res.qpos[-1, 2] - x0[2]
     assert gained > 0.4, gained
+
+
+def test_uniform_spline_is_scipys_not_a_knot_spline(rng):
+    from scipy.interpolate import CubicSpline
+
+    from contactopt.mpc.idto_planner import UniformCubicSpline
+
+    for n in (2, 3, 4, 7, 41):
+        h = 0.05
+        Y = rng.normal(size=(n, 4))
+        ours = UniformCubicSpline(h, Y)
+        ref = CubicSpline(h * np.arange(n), Y, axis=0, bc_type="not-a-knot")
+        for s in np.concatenate([h * np.arange(n), rng.uniform(0, (n - 1) * h, 20), [(n - 1) * h]]):
+            for nu in (0, 1, 2):
+                np.testing.assert_allclose(ours(s, nu), ref(s, nu), rtol=1e-9, atol=1e-9 * (1 + np.abs(Y).max() / h ** nu))
+    with pytest.raises(Exception):
+        UniformCubicSpline(0.1, rng.normal(size=(6, 2)))(0.1, 3)
+
+
+def test_resample_fast_path_matches_manifold_interpolation(rng):
+    m = load_model("hopper")  # no quaternion: vectorized path
+    q = rng.normal(size=(9, m.nq))
+    for shift in (0.0, 0.013, 0.05, 0.37, 2.0):
+        out = resample_trajectory(m, q, 0.0, 0.05, shift)
+        ref = np.empty_like(q)
+        for k in range(9):
+            s = min(max(k + shift / 0.05, 0.0), 8.0)
+            i = min(int(s), 7)
+            ref[k] = q[i] + (s - i) * (q[i + 1] - q[i])
+        np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)

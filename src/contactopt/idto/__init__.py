@@ -4,6 +4,8 @@
   normal force, smoothed Hunt–Crossley dissipation, regularized friction).
 * :mod:`.problem` — :class:`IDTOProblem`: decision variables ``q_1 … q_T``,
   implicit inverse dynamics, residual form ``L = ½‖r‖²`` and block Jacobians.
+* :mod:`.batch` — :class:`ContactBatch`: the compliant contact forces (and ``∂F/∂v``, the
+  analytic ``∂F/∂q``) of many configurations at once, IDTO's hot path.
 * :mod:`.solver` — :class:`IDTOSolver`: Gauss–Newton with a block-pentadiagonal
   Hessian, banded Cholesky, diagonal scaling and a dogleg trust region; penalty or
   equality-constrained (Lagrange-multiplier) treatment of underactuation.
@@ -17,6 +19,7 @@ from .contact import (
     regularized_friction,
     softplus_normal_force,
 )
+from .batch import BatchForces, ContactBatch
 from .problem import IDTOProblem, Linearization, Trajectory
 from .solver import (
     BandedHessian,
@@ -33,5 +36,5 @@ __all__ = [
     "ContactForces", "ContactModel", "ContactParameters", "hunt_crossley_factor",
     "regularized_friction", "softplus_normal_force", "IDTOProblem", "Linearization",
     "Trajectory", "BandedHessian", "ConvergenceCriteria", "IDTOSolver", "IterationLog",
-    "SolverOptions", "SolverResult", "SolverStatus", "gauss_newton_system",
+    "SolverOptions", "SolverResult", "SolverStatus", "gauss_newton_system", "ContactBatch", "BatchForces",
 ]

@@ -46,6 +46,18 @@ than at ``(q_{t+1}, v_{t+1})``; the stencil ``q_{t−1}, q_t, q_{t+1}`` is the s
 Each ``τ_t`` depends on ``q_{t−1}, q_t, q_{t+1}``, so the Gauss–Newton Hessian
 ``JᵀJ`` is block-pentadiagonal with ``nv × nv`` blocks.  Derivatives are taken
 with respect to tangent-space perturbations ``q_t ⊕ δ`` (``δ ∈ R^nv``).
+
+Evaluation (compliant backend), vectorized over the time steps: the rigid-body terms are
+one ``mj_inverse`` per step on the constraint-free copy; the contact forces of all steps
+come from one :class:`~contactopt.idto.batch.ContactBatch` call (a lean loop of MuJoCo
+collision calls, then the force law for all contacts at once).  The Jacobian uses the chain
+rule of :meth:`IDTOProblem._tau_jac_compliant` with ``∂ρ/∂(q', v')`` from ``mjd_inverseFD``
+(one C call per step), ``∂ρ/∂a = M``, the exact ``∂F/∂v``, ``∂F/∂q`` by batched forward
+differences (``contact_derivatives="fd"``, only the dofs that move a body in contact), in
+closed form (``"analytic"``) or closed form where exact and differences elsewhere
+(``"auto"``, the default), and the exact difference Jacobians
+``∂v/∂q`` (``±I/h``; ``mjd_subQuat`` for quaternions).  ``workers > 1`` splits the steps
+over threads (MuJoCo releases the GIL).
 """
 
 from __future__ import annotations
@@ -62,6 +74,7 @@ import numpy as np
 
 from ..errors import ParameterError, as_array, check_positive
 from ..model import actuation_map
+from .batch import ContactBatch
 from .contact import ContactModel
 
 __all__ = ["IDTOProblem", "Trajectory", "Linearization"]
@@ -147,10 +160,18 @@ class IDTOProblem:
       penalize_unactuated: include the ``w_u ‖Zᵀτ‖²`` rows in the residual
         (False: cost without them, for the equality-constrained solver).
       chain_rule: compliant backend only — build ∂τ_t/∂q by the chain rule through
-        ``v_t, v_{t+1}`` with the exact ``∂F_contact/∂v`` (``nv + 1`` contact evaluations per
-        step, see :meth:`_tau_jac_compliant`) instead of forward differences of the whole
-        inverse dynamics in ``q_t`` and ``q_{t+1}`` (``2 nv + 1``).  Same derivatives up to
-        finite-difference error; about twice as fast when contact dominates.
+        ``v_t, v_{t+1}`` with the exact ``∂F_contact/∂v`` (batched, see the module docstring and
+        :meth:`_tau_jac_compliant`) instead of forward differences of the whole inverse
+        dynamics in ``q_t`` and ``q_{t+1}`` per step (``2 nv + 1`` evaluations, slow).  Same
+        derivatives up to finite-difference error.
+      contact_derivatives: compliant backend, how ``∂F_contact/∂q`` is computed:
+        ``"auto"`` (default): the closed form of :class:`~contactopt.idto.batch.ContactBatch`
+        where it is exact (every contact of the step between spheres, capsules, planes, boxes in
+        supported configurations, or with a negligible force), forward differences at the other
+        steps — exact everywhere, no extra contact queries for such models; ``"fd"``: forward differences
+        at every step with a pair in range (one batched contact query per perturbed dof);
+        ``"analytic"``: the closed form everywhere (for other geometry only its signed-distance
+        term, a Gauss–Newton-style approximation; see :mod:`contactopt.idto.batch`).
 
     Raises:
       ShapeError / NonFiniteError: bad array shapes or values.
@@ -162,7 +183,8 @@ class IDTOProblem:
                  q_nom=None, v_nom=None, Qq=0.0, Qv=0.0, R=1e-3, Qf_q=0.0, Qf_v=0.0,
                  unactuated_penalty: float | None = None, contact: ContactModel | None = None,
                  workers: int = 1, backend: str = "compliant", convex_contact=None,
-                 penalize_unactuated: bool = True, chain_rule: bool = True):
+                 penalize_unactuated: bool = True, chain_rule: bool = True,
+                 contact_derivatives: str = "auto"):
         if not isinstance(model, mujoco.MjModel):
             raise ParameterError(f"IDTOProblem: model must be a mujoco.MjModel, got {type(model).__name__}")
         if isinstance(num_steps, (bool, np.bool_)) or int(num_steps) != num_steps or num_steps < 1:
@@ -201,6 +223,11 @@ class IDTOProblem:
             raise ParameterError(f"contact: the {backend!r} backend has its own contact model; pass contact=None")
         self.backend = backend
         self.analytic_chain_rule = bool(chain_rule)
+        if contact_derivatives not in ("auto", "fd", "analytic"):
+            raise ParameterError(
+                f"contact_derivatives must be 'auto', 'fd' or 'analytic', got {contact_derivatives!r}")
+        self.contact_derivatives = contact_derivatives
+        self._cbatch = ContactBatch(contact) if contact is not None else None
         if isinstance(workers, (bool, np.bool_)) or int(workers) != workers or workers < 1:
             raise ParameterError(f"workers must be a positive integer, got {workers!r}")
         self.workers = int(workers)
@@ -209,6 +236,8 @@ class IDTOProblem:
         # Private copy for rigid-body terms: no constraints, so qfrc_constraint never enters.
         self._m = copy.deepcopy(model)
         self._m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
+        # mj_inverse of the rigid-body terms must be the continuous-time M a + c − F_passive
+        self._m.opt.enableflags &= ~int(mujoco.mjtEnableBit.mjENBL_INVDISCRETE)
         self._local = threading.local()
         self._convex_contact = convex_contact
         if backend == "mujoco":
@@ -227,12 +256,20 @@ class IDTOProblem:
 
         # Per-dof magnitude source for finite-difference steps (−1: rotational dof of a quaternion joint).
         self._dof_qadr = np.full(nv, -1, dtype=np.intp)
+        self._quat_joints = []  # (qpos address of the quaternion, first rotational dof)
         for j in range(model.njnt):
-            jt, qa, da = model.jnt_type[j], model.jnt_qposadr[j], model.jnt_dofadr[j]
-            if jt in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE):
+            jt, qa, da = int(model.jnt_type[j]), int(model.jnt_qposadr[j]), int(model.jnt_dofadr[j])
+            if jt in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
                 self._dof_qadr[da] = qa
-            elif jt == mujoco.mjtJoint.mjJNT_FREE:
+            elif jt == int(mujoco.mjtJoint.mjJNT_FREE):
                 self._dof_qadr[da:da + 3] = qa + np.arange(3)
+                self._quat_joints.append((int(qa) + 3, int(da) + 3))
+            else:  # ball
+                self._quat_joints.append((int(qa), int(da)))
+        # q ⊖ q' is a plain difference when there is no quaternion (qpos and qvel coincide)
+        self._euclidean = not self._quat_joints and nq == nv
+        # tangent dof i ↔ qpos index (non-quaternion dofs), for vectorized differences
+        self._lin_dofs = np.flatnonzero(self._dof_qadr >= 0)
 
         # Residual scalings: cost = ½‖r‖²
         self._wq = np.sqrt(2 * self.h * self.Qq)
@@ -250,6 +287,12 @@ class IDTOProblem:
         self.set_nominal(q_nom, v_nom)
 
     # ------------------------------------------------------------------ setup
+
+    def close(self) -> None:
+        """Shut down the Jacobian thread pool (``workers > 1``); the problem then runs serially."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     def set_initial_state(self, q_init, v_init=None) -> None:
         """Set the fixed ``q_0 (nq,)`` and ``v_0 (nv,)`` (e.g. the measured state in MPC)."""
@@ -291,8 +334,9 @@ class IDTOProblem:
                 f"{name}[0] must equal q_init (the fixed initial configuration); max difference {err:.3g}"
             )
         q[0] = self.q_init
-        for t in range(1, self.T + 1):
-            mujoco.mj_normalizeQuat(self.model, q[t])
+        if self._quat_joints:
+            for t in range(1, self.T + 1):
+                mujoco.mj_normalizeQuat(self.model, q[t])
         return q
 
     @property
@@ -397,13 +441,93 @@ class IDTOProblem:
     def _velocities(self, q) -> np.ndarray:
         v = np.empty((self.T + 1, self.nv))
         v[0] = self.v_init
+        if self._euclidean:
+            np.subtract(q[1:], q[:-1], out=v[1:])
+            v[1:] /= self.h
+            return v
         for t in range(1, self.T + 1):
             mujoco.mj_differentiatePos(self.model, v[t], self.h, q[t - 1], q[t])
         return v
 
+    def _rigid_batch(self, q, v, a, mass: bool = False, idx=None):
+        """Rigid-body terms ``ρ_t = M(q_{t+1}) a_t + c − F_passive`` (one ``mj_inverse`` per step).
+
+        Args:
+          q: ``(T+1, nq)``; v: ``(T+1, nv)``; a: ``(T, nv)``; mass: also the dense ``M(q_{t+1})``;
+          idx: time steps to evaluate (a ``range``, default all).
+
+        Returns:
+          ``(ρ (n, nv), M (n, nv, nv) or None)`` for the ``n`` steps of ``idx``.
+        """
+        m, d = self._m, self._data()
+        steps = range(self.T) if idx is None else idx
+        n = len(steps)
+        rho = np.empty((n, self.nv))
+        M = np.empty((n, self.nv, self.nv)) if mass else None
+        inv, full = mujoco.mj_inverse, mujoco.mj_fullM
+        for k, t in enumerate(steps):
+            d.qpos[:] = q[t + 1]
+            d.qvel[:] = v[t + 1]
+            d.qacc[:] = a[t]
+            inv(m, d)
+            rho[k] = d.qfrc_inverse
+            if mass:
+                full(m, d, M[k])
+        return rho, M
+
+    def _chunks(self, n: int):
+        """Split ``range(n)`` into one contiguous chunk per worker thread."""
+        w = min(self.workers, n) if self._pool is not None else 1
+        b = np.linspace(0, n, w + 1).astype(int)
+        return [range(b[i], b[i + 1]) for i in range(w)]
+
+    def _pmap(self, fn, chunks):
+        if self._pool is not None and len(chunks) > 1:
+            return list(self._pool.map(fn, chunks))
+        return [fn(c) for c in chunks]
+
+    def _compliant_eval(self, q, v, a, *, derivatives: bool = False):
+        """Compliant inverse dynamics of every step.
+
+        The rigid-body terms (MuJoCo calls that release the GIL) run in chunks of time steps on
+        the worker threads while this thread evaluates the contact batch (mostly NumPy, which a
+        second thread would only contend with for the GIL).
+
+        Returns ``(τ (T, nv), F_contact (T, nv), M (T, nv, nv) | None, BatchForces | None)``;
+        with ``derivatives`` the contact batch carries ``∂F/∂v`` (and the closed-form ``∂F/∂q``).
+        """
+        T, nv = self.T, self.nv
+        analytic = derivatives and self.contact_derivatives in ("analytic", "auto")
+        chunks = self._chunks(T)
+        futures = None
+        if self._pool is not None and len(chunks) > 1 and self._cbatch is not None:
+            futures = [self._pool.submit(self._rigid_batch, q, v, a, derivatives, c) for c in chunks]
+            parts = None
+        else:
+            parts = self._pmap(lambda c: self._rigid_batch(q, v, a, mass=derivatives, idx=c), chunks)
+        bf = None
+        if self._cbatch is not None:
+            bf = self._cbatch.forces(q[1:], v[1:], dv=derivatives, dq=analytic)
+        if futures is not None:
+            parts = [f.result() for f in futures]
+        rho = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+        M = None
+        if derivatives:
+            M = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+        if bf is not None:
+            fc = bf.F
+            tau = rho - fc
+        else:
+            fc = np.zeros((T, nv))
+            tau = rho
+        return tau, fc, M, bf
+
     def _trajectory(self, q) -> Trajectory:
         v = self._velocities(q)
         a = np.diff(v, axis=0) / self.h
+        if self.backend == "compliant":
+            tau, fc, _, _ = self._compliant_eval(q, v, a)
+            return Trajectory(q, v, a, tau, fc)
         tau = np.empty((self.T, self.nv))
         fc = np.empty((self.T, self.nv))
         for t in range(self.T):
@@ -427,9 +551,12 @@ class IDTOProblem:
 
     def _residuals(self, tr: Trajectory) -> np.ndarray:
         T, nv = self.T, self.nv
-        rq = np.empty((T + 1, nv))
-        for t in range(T + 1):
-            rq[t] = self._diff(self.q_nom[t], tr.q[t], 1.0)
+        if self._euclidean:
+            rq = tr.q - self.q_nom
+        else:
+            rq = np.empty((T + 1, nv))
+            for t in range(T + 1):
+                rq[t] = self._diff(self.q_nom[t], tr.q[t], 1.0)
         rv = tr.v - self.v_nom
         rq[:T] *= self._wq
         rq[T] *= self._wqf
@@ -460,7 +587,34 @@ class IDTOProblem:
     # ------------------------------------------------------------------ derivatives
 
     def _diff_jac(self, q0, q1, dt, wrt0: bool, wrt1: bool):
-        """∂(q1 ⊖ q0)/dt w.r.t. tangent perturbations of q0 and/or q1 (forward differences)."""
+        """∂(q1 ⊖ q0)/dt w.r.t. tangent perturbations of q0 and/or q1 (``(nv, nv)`` each or None).
+
+        Exact: ``±I/dt`` on hinge, slide and free-joint translation dofs, ``mjd_subQuat`` on the
+        rotational dofs of ball and free joints.
+        """
+        nv = self.nv
+        J0 = J1 = None
+        lin = self._lin_dofs
+        if wrt0:
+            J0 = np.zeros((nv, nv))
+            J0[lin, lin] = -1.0 / dt
+        if wrt1:
+            J1 = np.zeros((nv, nv))
+            J1[lin, lin] = 1.0 / dt
+        if self._quat_joints:
+            Da = np.empty(9)
+            Db = np.empty(9)
+            for qa, da in self._quat_joints:
+                # mj_differentiatePos: v = subQuat(q1, q0)/dt, ∂/∂q1 = Da, ∂/∂q0 = Db
+                mujoco.mjd_subQuat(q1[qa:qa + 4], q0[qa:qa + 4], Da, Db)
+                if wrt0:
+                    J0[da:da + 3, da:da + 3] = Db.reshape(3, 3) / dt
+                if wrt1:
+                    J1[da:da + 3, da:da + 3] = Da.reshape(3, 3) / dt
+        return J0, J1
+
+    def _diff_jac_fd(self, q0, q1, dt, wrt0: bool, wrt1: bool):
+        """Forward-difference version of :meth:`_diff_jac` (reference for tests)."""
         base = self._diff(q0, q1, dt)
         J0 = J1 = None
         if wrt0:
@@ -595,29 +749,14 @@ class IDTOProblem:
 
     def _linearize(self, q) -> Linearization:
         T, nv = self.T, self.nv
+        if self.backend == "compliant" and self.analytic_chain_rule:
+            return self._linearize_compliant(q)
         t0 = time.perf_counter()
         tr = self._trajectory(q)
         r = self._residuals(tr)
         t1 = time.perf_counter()
-        Jq = np.empty((T, nv, nv))
-        Jv = np.zeros((T, 2, nv, nv))
-        dvdq_prev = np.zeros((T + 1, nv, nv))  # ∂v_t/∂q_{t−1}
-        dvdq_cur = np.zeros((T + 1, nv, nv))  # ∂v_t/∂q_t
-        dvdq_back = np.zeros((T + 1, nv, nv))  # ∂v_t/∂q_{t−1}, also for t = 1 (q_0 fixed but needed by τ_0's chain rule)
-        for t in range(1, T + 1):
-            _, Jq[t - 1] = self._diff_jac(self.q_nom[t], q[t], 1.0, False, True)
-            J0, J1 = self._diff_jac(q[t - 1], q[t], self.h, True, True)
-            dvdq_back[t] = J0
-            if t >= 2:
-                dvdq_prev[t] = J0
-                Jv[t - 1, 0] = J0
-            Jv[t - 1, 1] = J1
-            dvdq_cur[t] = J1
-        wq = np.vstack([np.broadcast_to(self._wq, (T - 1, nv)), self._wqf[None]]) if T > 1 else self._wqf[None]
-        wv = np.vstack([np.broadcast_to(self._wv, (T - 1, nv)), self._wvf[None]]) if T > 1 else self._wvf[None]
-        Jq *= wq[:, :, None]
-        Jv *= wv[:, None, :, None]
-        if self.backend == "compliant" and self.analytic_chain_rule:
+        Jq, Jv, dvdq_prev, dvdq_cur, dvdq_back = self._kinematic_jacobians(q)
+        if self.backend == "compliant":
             def job(t):
                 return self._tau_jac_compliant(t, q, tr.v, dvdq_prev, dvdq_cur, dvdq_back)
         else:
@@ -628,9 +767,162 @@ class IDTOProblem:
         else:
             blocks = [job(t) for t in range(T)]
         dtau = np.asarray(blocks)
-        Jtau = np.einsum("mn,tknv->tkmv", self._Wtau, dtau)
+        Jtau = np.matmul(self._Wtau, dtau)  # (T, 3, mτ, nv)
         t2 = time.perf_counter()
         return Linearization(r, Jq, Jv, Jtau, {"residual": t1 - t0, "jacobian": t2 - t1}, tr.tau, dtau)
+
+    def _kinematic_jacobians(self, q):
+        """Weighted ``Jq``, ``Jv`` and the velocity Jacobians ``∂v_t/∂q_{t−1}``, ``∂v_t/∂q_t``.
+
+        Returns ``(Jq (T, nv, nv), Jv (T, 2, nv, nv), dvdq_prev, dvdq_cur, dvdq_back)`` with the
+        last three ``(T+1, nv, nv)``: ``∂v_t/∂q_{t−1}`` for ``t ≥ 2``, ``∂v_t/∂q_t``, and
+        ``∂v_t/∂q_{t−1}`` also for ``t = 1``.
+        """
+        T, nv, h = self.T, self.nv, self.h
+        Jv = np.zeros((T, 2, nv, nv))
+        dvdq_prev = np.zeros((T + 1, nv, nv))
+        dvdq_cur = np.zeros((T + 1, nv, nv))
+        dvdq_back = np.zeros((T + 1, nv, nv))
+        if self._euclidean:
+            eye = np.eye(nv)
+            Jq = np.broadcast_to(eye, (T, nv, nv)).copy()
+            dvdq_cur[1:] = eye / h
+            dvdq_back[1:] = -eye / h
+            dvdq_prev[2:] = -eye / h
+            Jv[:, 1] = eye / h
+            Jv[1:, 0] = -eye / h
+        else:
+            # ±I/h on the non-quaternion dofs, mjd_subQuat blocks on ball / free-joint rotations
+            lin = self._lin_dofs
+            Jq = np.zeros((T, nv, nv))
+            Jq[:, lin, lin] = 1.0
+            dvdq_cur[1:, lin, lin] = 1.0 / h
+            dvdq_back[1:, lin, lin] = -1.0 / h
+            Da = np.empty(9)
+            Db = np.empty(9)
+            sub = mujoco.mjd_subQuat
+            for qa, da in self._quat_joints:
+                r = slice(da, da + 3)
+                for t in range(1, T + 1):
+                    sub(q[t, qa:qa + 4], self.q_nom[t, qa:qa + 4], Da, Db)
+                    Jq[t - 1, r, r] = Da.reshape(3, 3)
+                    sub(q[t, qa:qa + 4], q[t - 1, qa:qa + 4], Da, Db)
+                    dvdq_cur[t, r, r] = Da.reshape(3, 3) / h
+                    dvdq_back[t, r, r] = Db.reshape(3, 3) / h
+            dvdq_prev[2:] = dvdq_back[2:]
+            Jv[:, 1] = dvdq_cur[1:]
+            Jv[1:, 0] = dvdq_back[2:]
+        wq = np.vstack([np.broadcast_to(self._wq, (T - 1, nv)), self._wqf[None]]) if T > 1 else self._wqf[None]
+        wv = np.vstack([np.broadcast_to(self._wv, (T - 1, nv)), self._wvf[None]]) if T > 1 else self._wvf[None]
+        Jq *= wq[:, :, None]
+        Jv *= wv[:, None, :, None]
+        return Jq, Jv, dvdq_prev, dvdq_cur, dvdq_back
+
+    def _fd_eps(self, q) -> np.ndarray:
+        """Forward-difference step of each configuration of ``q (n, nq)``: ``√ε·max(1, max_i|q_i|)``
+        over the non-quaternion coordinates, ``(n,)``."""
+        lin = self._dof_qadr[self._lin_dofs]
+        if not lin.size:
+            return np.full(q.shape[0], _SQRT_EPS)
+        return _SQRT_EPS * np.maximum(1.0, np.abs(q[:, lin]).max(axis=1))
+
+    def _rigid_derivatives(self, q, v, a, idx):
+        """``∂ρ/∂q'`` and ``∂ρ/∂v'`` (``(n, nv, nv)`` each) of the steps ``idx`` (``mjd_inverseFD``)."""
+        m, d = self._m, self._data()
+        nv = self.nv
+        n = len(idx)
+        DfDq = np.empty((n, nv, nv))
+        DfDv = np.empty((n, nv, nv))
+        fd = mujoco.mjd_inverseFD
+        eps = self._fd_eps(q[idx.start + 1:idx.stop + 1]).tolist()
+        for k, t in enumerate(idx):
+            d.qpos[:] = q[t + 1]
+            d.qvel[:] = v[t + 1]
+            d.qacc[:] = a[t]
+            # outputs are transposed (row i = derivative w.r.t. dof i)
+            fd(m, d, eps[k], 0, DfDq[k], DfDv[k], None, None, None, None, None)
+        return DfDq.transpose(0, 2, 1), DfDv.transpose(0, 2, 1)
+
+    def _contact_fd(self, q, v, F0, active, dofs):
+        """Forward differences ``∂F/∂q'`` of the contact force at the steps ``active`` (batched).
+
+        Only the dofs that move a body of one of the step's contact pairs (``dofs (T, nv)``) are
+        perturbed: the others cannot change those pairs, and a pair they bring into range has a
+        force below the contact model's threshold (``√ε`` by default).
+        """
+        nv, nq = self.nv, self.nq
+        n = active.size
+        out = np.zeros((n, nv, nv))
+        if not n:
+            return out
+        kk, ii = np.nonzero(dofs[active])  # (step, dof) pairs to perturb
+        if not kk.size:
+            return out
+        base = q[active + 1]  # (n, nq)
+        steps = np.array([self._steps(b) for b in base])  # (n, nv)
+        s = steps[kk, ii]
+        if self._euclidean:
+            Q = base[kk].copy()
+            Q[np.arange(kk.size), ii] += s
+        else:
+            Q = np.empty((kk.size, nq))
+            e = np.zeros(nv)
+            for r, (k, i) in enumerate(zip(kk.tolist(), ii.tolist())):
+                e[i] = s[r]
+                Q[r] = base[k]
+                mujoco.mj_integratePos(self.model, Q[r], e, 1.0)
+                e[i] = 0.0
+        V = v[active + 1][kk]
+        Fp = self._cbatch.forces(Q, V).F
+        out[kk, :, ii] = (Fp - F0[active][kk]) / s[:, None]
+        return out
+
+    def _linearize_compliant(self, q) -> Linearization:
+        """Compliant backend: residual and Jacobian with batched contact and rigid-body derivatives.
+
+        Same chain rule as :meth:`_tau_jac_compliant` (``A_q = ∂ρ/∂q' − ∂F/∂q'``,
+        ``A_v = M/h + ∂ρ/∂v' − ∂F/∂v'``), vectorized over time steps: ``∂ρ/∂(q', v')`` from
+        ``mjd_inverseFD`` per step, ``∂F/∂v'`` exact, ``∂F/∂q'`` by ``contact_derivatives``.
+        """
+        T, nv, h = self.T, self.nv, self.h
+        t0 = time.perf_counter()
+        v = self._velocities(q)
+        a = np.diff(v, axis=0) / h
+        tau, fc, M, bf = self._compliant_eval(q, v, a, derivatives=True)
+        tr = Trajectory(q, v, a, tau, fc)
+        r = self._residuals(tr)
+        t1 = time.perf_counter()
+        Jq, Jv, dvdq_prev, dvdq_cur, dvdq_back = self._kinematic_jacobians(q)
+        parts = self._pmap(lambda c: self._rigid_derivatives(q, v, a, c), self._chunks(T))
+        Aq = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+        Av = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+        Av = Av + M / h
+        if bf is not None:
+            Av -= bf.dFdv
+            mode = self.contact_derivatives
+            if mode != "fd":
+                Aq = Aq - bf.dFdq
+            if mode != "analytic":
+                # No pair within φ_max: a √ε perturbation cannot bring one in with more than a
+                # √ε force, so ∂F/∂q' = 0 to finite-difference accuracy (no queries).
+                todo = bf.count > 0
+                if mode == "auto":
+                    todo &= ~bf.exact
+                    Aq[todo] += bf.dFdq[todo]  # replaced by finite differences below
+                active = np.flatnonzero(todo)
+                if active.size:
+                    Aq = Aq.copy()
+                    Aq[active] -= self._contact_fd(q, v, fc, active, bf.dofs)
+        dtau = np.zeros((T, 3, nv, nv))
+        Mh = M / h
+        dtau[:, 2] = Aq + Av @ dvdq_cur[1:]
+        if T > 1:
+            dtau[1:, 1] = Av[1:] @ dvdq_back[2:] - Mh[1:] @ dvdq_cur[1:T]
+        if T > 2:
+            dtau[2:, 0] = -Mh[2:] @ dvdq_prev[2:T]
+        Jtau = np.matmul(self._Wtau, dtau)  # (T, 3, mτ, nv)
+        t2 = time.perf_counter()
+        return Linearization(r, Jq, Jv, Jtau, {"residual": t1 - t0, "jacobian": t2 - t1}, tau, dtau)
 
     def dense_jacobian(self, lin: Linearization) -> np.ndarray:
         """Dense ``(m, T·nv)`` Jacobian assembled from the blocks (for tests and small problems)."""

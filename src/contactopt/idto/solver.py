@@ -44,8 +44,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
+import scipy.linalg.lapack
 
 from ..errors import ParameterError, check_positive
+from ._blas import single_threaded_blas
 from .problem import IDTOProblem, Linearization
 
 __all__ = [
@@ -103,6 +105,8 @@ class SolverOptions:
       underactuation: ``"penalty"`` (the problem's ``w_u ‖Zᵀτ‖²`` rows, default) or
         ``"constrained"`` (``Zᵀτ_t = 0`` as equality constraints, Lagrange-multiplier dogleg).
       constraint_tol: in constrained mode, convergence also needs ``max_t ‖Zᵀτ_t‖∞ ≤ constraint_tol``.
+      single_thread_blas: run the solve's dense linear algebra on one OpenBLAS thread
+        (:mod:`contactopt.idto._blas`; the matrices are small, and threads only add waiting).
     """
 
     max_iterations: int = 100
@@ -113,6 +117,7 @@ class SolverOptions:
     convergence: ConvergenceCriteria | None = field(default_factory=ConvergenceCriteria)
     underactuation: str = "penalty"
     constraint_tol: float = 1e-8
+    single_thread_blas: bool = True
 
     def __post_init__(self):
         if self.underactuation not in ("penalty", "constrained"):
@@ -182,6 +187,36 @@ class SolverResult:
 # --------------------------------------------------------------------------- banded algebra
 
 
+_BANDED_INDEX: dict = {}
+
+
+def _banded_index(T: int, n: int):
+    """Flat indices into ``blocks (T, 3, n, n)`` and the (row, column) of each in banded storage."""
+    key = (T, n)
+    idx = _BANDED_INDEX.get(key)
+    if idx is None:
+        u = min(3 * n - 1, T * n - 1)
+        a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        src, rows, cols = [], [], []
+        for d in range(3):
+            K = T - d
+            if K <= 0:
+                break
+            k = np.arange(K)[:, None, None]
+            i = np.broadcast_to(k * n + a[None], (K, n, n))
+            j = np.broadcast_to((k + d) * n + b[None], (K, n, n))
+            flat = ((k * 3 + d) * n + a[None]) * n + b[None]
+            mask = i <= j if d == 0 else np.ones((K, n, n), bool)
+            src.append(np.broadcast_to(flat, (K, n, n))[mask])
+            rows.append(u + i[mask] - j[mask])
+            cols.append(j[mask])
+        idx = (np.concatenate(src), np.concatenate(rows), np.concatenate(cols))
+        if len(_BANDED_INDEX) > 64:
+            _BANDED_INDEX.clear()
+        _BANDED_INDEX[key] = idx
+    return idx
+
+
 class BandedHessian:
     """Symmetric block-pentadiagonal matrix: ``blocks[k, d] = H_{k, k+d}``, shape ``(T, 3, n, n)``.
 
@@ -223,17 +258,8 @@ class BandedHessian:
         T, n = self.T, self.n
         u = min(3 * n - 1, T * n - 1)
         ab = np.zeros((u + 1, T * n))
-        a, b = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-        for d in range(3):
-            K = T - d
-            if K <= 0:
-                break
-            k = np.arange(K)[:, None, None]
-            i = k * n + a[None]
-            j = (k + d) * n + b[None]
-            vals = self.blocks[:K, d]
-            mask = np.broadcast_to(i <= j, vals.shape) if d == 0 else np.ones(vals.shape, bool)
-            ab[u + i[mask] - j[mask], j[mask]] = vals[mask]
+        src, rows, cols = _banded_index(T, n)
+        ab[rows, cols] = self.blocks.reshape(-1)[src]
         return ab
 
     def to_dense(self) -> np.ndarray:
@@ -247,6 +273,16 @@ class BandedHessian:
                     if d:
                         H[(k + d) * n:(k + d + 1) * n, k * n:(k + 1) * n] = self.blocks[k, d].T
         return H
+
+
+def _tmm(A, B):
+    """Batched ``A_kᵀ B_k`` of ``(K, m, i)`` and ``(K, m, j)`` stacks (``matmul``, faster than einsum)."""
+    return np.matmul(np.swapaxes(A, 1, 2), B)
+
+
+def _tmv(A, r):
+    """Batched ``A_kᵀ r_k`` of a ``(K, m, i)`` stack and ``(K, m)`` vectors."""
+    return np.matmul(r[:, None, :], A)[:, 0]
 
 
 def gauss_newton_system(problem: IDTOProblem, lin: Linearization):
@@ -263,16 +299,16 @@ def gauss_newton_system(problem: IDTOProblem, lin: Linearization):
     Hb = np.zeros((T, 3, nv, nv))
     g = np.zeros((T, nv))
     # positions: r_q,k+1 depends on block k
-    Hb[:, 0] += np.einsum("kmi,kmj->kij", lin.Jq, lin.Jq)
-    g += np.einsum("kmi,km->ki", lin.Jq, rq)
+    Hb[:, 0] += _tmm(lin.Jq, lin.Jq)
+    g += _tmv(lin.Jq, rq)
     # velocities: r_v,k+1 depends on blocks k−1 (slot 0) and k (slot 1)
     A0, A1 = lin.Jv[:, 0], lin.Jv[:, 1]
-    Hb[:, 0] += np.einsum("kmi,kmj->kij", A1, A1)
-    g += np.einsum("kmi,km->ki", A1, rv)
+    Hb[:, 0] += _tmm(A1, A1)
+    g += _tmv(A1, rv)
     if T > 1:
-        Hb[:-1, 0] += np.einsum("kmi,kmj->kij", A0[1:], A0[1:])
-        Hb[:-1, 1] += np.einsum("kmi,kmj->kij", A0[1:], A1[1:])
-        g[:-1] += np.einsum("kmi,km->ki", A0[1:], rv[1:])
+        Hb[:-1, 0] += _tmm(A0[1:], A0[1:])
+        Hb[:-1, 1] += _tmm(A0[1:], A1[1:])
+        g[:-1] += _tmv(A0[1:], rv[1:])
     # inverse dynamics: r_τ,t depends on blocks t−2, t−1, t (slots 0, 1, 2)
     S = lin.Jtau
     for a in range(3):
@@ -280,9 +316,9 @@ def gauss_newton_system(problem: IDTOProblem, lin: Linearization):
         if lo >= T:
             continue
         ks = np.arange(lo, T) - 2 + a
-        g[ks] += np.einsum("tmi,tm->ti", S[lo:, a], rt[lo:])
+        g[ks] += _tmv(S[lo:, a], rt[lo:])
         for b in range(a, 3):
-            Hb[ks, b - a] += np.einsum("tmi,tmj->tij", S[lo:, a], S[lo:, b])
+            Hb[ks, b - a] += _tmm(S[lo:, a], S[lo:, b])
     # symmetrize the diagonal blocks exactly
     Hb[:, 0] = 0.5 * (Hb[:, 0] + np.swapaxes(Hb[:, 0], 1, 2))
     return BandedHessian(Hb), g.ravel()
@@ -397,10 +433,17 @@ class IDTOSolver:
                 k = t - 2 + slot
                 if k >= 0:
                     At[k * nv:(k + 1) * nv, t * nz:(t + 1) * nz] = (Ab[t, slot] * Dk[k][None, :]).T
-        Y = scipy.linalg.cho_solve_banded((cb, False), At, check_finite=False)  # H̃⁻¹ Ãᵀ
-        S = At.T @ Y
-        S = 0.5 * (S + S.T)
-        rhs = hval - Y.T @ gs
+        # With H̃ = UᵀU (banded U): Z = U⁻ᵀÃᵀ, so S = ÃH̃⁻¹Ãᵀ = ZᵀZ and ÃH̃⁻¹g̃ = Zᵀ(U⁻ᵀg̃)
+        # (one banded triangular solve instead of the two of H̃⁻¹Ãᵀ).
+        rhs_all = np.empty((N, T * nz + 1))
+        rhs_all[:, :-1] = At
+        rhs_all[:, -1] = gs
+        Zw, info = scipy.linalg.lapack.dtbtrs(cb, rhs_all, uplo="U", trans="T", overwrite_b=1)
+        if info != 0:
+            raise np.linalg.LinAlgError(f"banded triangular solve failed (info {info})")
+        Z, w = Zw[:, :-1], Zw[:, -1]
+        S = Z.T @ Z
+        rhs = hval - Z.T @ w
         try:
             lam = scipy.linalg.cho_solve(scipy.linalg.cho_factor(S), rhs)
         except np.linalg.LinAlgError:
@@ -420,6 +463,12 @@ class IDTOSolver:
         Raises:
           ShapeError, NonFiniteError, ParameterError: bad ``q_guess``.
         """
+        if self.options.single_thread_blas:
+            with single_threaded_blas():
+                return self._solve(q_guess, max_iterations, trust_radius)
+        return self._solve(q_guess, max_iterations, trust_radius)
+
+    def _solve(self, q_guess, max_iterations, trust_radius) -> SolverResult:
         pr = self.problem
         q = pr.check_trajectory(q_guess)
         opts = self.options

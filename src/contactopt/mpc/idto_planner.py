@@ -8,7 +8,8 @@ The seed paper's contact-implicit MPC (section VI-D):
   ``q_guess[0] = q`` (the fixed initial configuration), optionally re-anchors the nominal
   trajectory at the measured state, and runs ``iterations_per_update`` (default 1)
   iterations keeping the trust radius (:meth:`~contactopt.idto.IDTOSolver.warm_start`);
-* the plan becomes cubic splines (C², :class:`scipy.interpolate.CubicSpline`) of ``q``,
+* the plan becomes cubic splines (C², not-a-knot: :class:`UniformCubicSpline`, SciPy's
+  ``CubicSpline`` computed with one precomputed matrix product) of ``q``,
   ``v`` and the feedforward control ``u_ff``, tracked between updates at the plant rate by
   :class:`IDTOPolicy`::
 
@@ -43,7 +44,7 @@ from ..model import actuation_map
 from .policy import Policy
 from .runner import PlannerUpdate
 
-__all__ = ["IDTOPolicy", "IDTOPlanner", "resample_trajectory", "feedforward_controls"]
+__all__ = ["IDTOPolicy", "IDTOPlanner", "UniformCubicSpline", "resample_trajectory", "feedforward_controls"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -58,9 +59,19 @@ def resample_trajectory(model: mujoco.MjModel, q, t_old: float, h: float, t_new:
     """
     q = np.asarray(q, dtype=float)
     T = q.shape[0] - 1
+    shift = (t_new - t_old) / h
+    if model.nq == model.nv and not np.isin(model.jnt_type, (int(mujoco.mjtJoint.mjJNT_FREE),
+                                                             int(mujoco.mjtJoint.mjJNT_BALL))).any():
+        # no quaternion: q_i ⊕ w (q_{i+1} ⊖ q_i) is plain linear interpolation
+        if T == 0:
+            return q.copy()
+        s = np.clip(np.arange(T + 1) + shift, 0.0, T)
+        i = np.minimum(s.astype(int), T - 1)
+        out = q[i] + (s - i)[:, None] * (q[i + 1] - q[i])
+        out[s >= T] = q[T]  # held exactly
+        return out
     out = np.empty_like(q)
     dq = np.empty(model.nv)
-    shift = (t_new - t_old) / h
     for k in range(T + 1):
         s = k + shift
         if s <= 0:
@@ -88,6 +99,66 @@ def feedforward_controls(control_gain: np.ndarray, tau) -> np.ndarray:
     return np.asarray(tau, dtype=float) @ np.linalg.pinv(control_gain).T
 
 
+# --------------------------------------------------------------------------- spline
+
+_NAK_CACHE: dict = {}
+
+
+def _not_a_knot_map(n: int) -> np.ndarray:
+    """``(n, n)`` map from knot values to second derivatives of the not-a-knot cubic spline on the
+    unit-spaced knots ``0 … n−1`` (``n ≥ 4``); divide by ``h²`` for spacing ``h``."""
+    S = _NAK_CACHE.get(n)
+    if S is None:
+        A = np.zeros((n, n))
+        B = np.zeros((n, n))
+        for i in range(1, n - 1):  # C² continuity: M_{i−1} + 4 M_i + M_{i+1} = 6 Δ²y_i
+            A[i, i - 1:i + 2] = (1.0, 4.0, 1.0)
+            B[i, i - 1:i + 2] = (6.0, -12.0, 6.0)
+        # not-a-knot: third derivative continuous at the second and the second-to-last knot
+        A[0, :3] = (1.0, -2.0, 1.0)
+        A[-1, -3:] = (1.0, -2.0, 1.0)
+        S = _NAK_CACHE[n] = np.linalg.solve(A, B)
+    return S
+
+
+class UniformCubicSpline:
+    """C² not-a-knot cubic spline through values ``Y (n, k)`` at uniform knots ``0, h, …, (n−1) h``.
+
+    The same interpolant as ``scipy.interpolate.CubicSpline(knots, Y, bc_type="not-a-knot")``
+    (for ``n ≥ 4``; fewer knots fall back to SciPy), built with one precomputed ``(n, n)``
+    matrix product.  ``spline(s, nu)`` evaluates derivative ``nu ∈ {0, 1, 2}`` at a scalar
+    ``s`` [s] (extrapolating the end pieces outside ``[0, (n−1) h]``); returns ``(k,)``.
+    """
+
+    def __init__(self, h: float, Y):
+        Y = np.asarray(Y, dtype=float)
+        self.h = float(h)
+        self.n = Y.shape[0]
+        self.Y = Y
+        self._scipy = None
+        if self.n < 4:
+            self._scipy = CubicSpline(self.h * np.arange(self.n), Y, axis=0, bc_type="not-a-knot")
+            self.M = None
+        else:
+            self.M = _not_a_knot_map(self.n) @ Y / (self.h * self.h)
+
+    def __call__(self, s: float, nu: int = 0) -> np.ndarray:
+        if self._scipy is not None:
+            return self._scipy(s, nu)
+        h, Y, M = self.h, self.Y, self.M
+        i = min(max(int(math.floor(s / h)), 0), self.n - 2)
+        a = (i + 1) * h - s  # distance to the right knot
+        b = s - i * h  # distance to the left knot
+        Mi, Mj, yi, yj = M[i], M[i + 1], Y[i], Y[i + 1]
+        if nu == 0:
+            return (Mi * a ** 3 + Mj * b ** 3) / (6 * h) + (yi / h - Mi * h / 6) * a + (yj / h - Mj * h / 6) * b
+        if nu == 1:
+            return (Mj * b * b - Mi * a * a) / (2 * h) + (yj - yi) / h - (Mj - Mi) * h / 6
+        if nu == 2:
+            return (Mi * a + Mj * b) / h
+        raise ParameterError(f"UniformCubicSpline: derivative order must be 0, 1 or 2, got {nu!r}")
+
+
 # --------------------------------------------------------------------------- policy
 
 
@@ -110,7 +181,7 @@ class IDTOPolicy(Policy):
     """
 
     def __init__(self, model: mujoco.MjModel, t0: float, timestep: float, q, v, u_ff, kp=0.0, kd=0.0,
-                 lower=None, upper=None):
+                 lower=None, upper=None, *, _gains=None):
         if not (math.isfinite(timestep) and timestep > 0):
             raise ParameterError(f"IDTOPolicy: timestep must be positive, got {timestep!r}")
         self.model = model
@@ -125,8 +196,24 @@ class IDTOPolicy(Policy):
         self.v = as_array("v", v, (T + 1, nv))
         self.u = as_array("u_ff", u_ff, (T, nu))
         self.T = T
+        if _gains is None:
+            _gains = IDTOPolicy.gains(model, kp, kd, lower, upper)
+        self.G_pinv, self.Kp, self.Kd, self.lower, self.upper = _gains
+        Y = np.concatenate([self.q, self.v, np.vstack([self.u, self.u[-1:]])], axis=1)  # (T+1, nq+nv+nu)
+        self._spline = UniformCubicSpline(self.h, Y)
+        self._dq = np.empty(nv)
+        self._qd = np.empty(nq)
+
+    @staticmethod
+    def gains(model: mujoco.MjModel, kp=0.0, kd=0.0, lower=None, upper=None):
+        """``(G⁺ (nu, nv), K_p (nu, nv), K_d (nu, nv), lower (nu,), upper (nu,))`` of the policy law.
+
+        Depends only on the model's actuation, the gains and the limits, so a planner computes it
+        once and passes it to every new policy (``_gains=``).
+        """
+        nu = model.nu
         G = actuation_map(model).control_gain  # (nv, nu)
-        self.G_pinv = np.linalg.pinv(G)  # (nu, nv)
+        G_pinv = np.linalg.pinv(G)  # (nu, nv)
         norms = np.linalg.norm(G, axis=0)
         Ghat = G / np.where(norms > 0, norms, 1.0)
         kp = np.broadcast_to(np.asarray(kp, dtype=float), (nu,))
@@ -134,17 +221,13 @@ class IDTOPolicy(Policy):
         if np.any(kp < 0) or np.any(kd < 0) or not (np.isfinite(kp).all() and np.isfinite(kd).all()):
             raise ParameterError(f"IDTOPolicy: gains must be finite and >= 0, got kp={kp}, kd={kd}")
         # u feedback = G⁺ Ĝ diag(k) Ĝᵀ e  →  precomputed (nu, nv) matrices
-        self.Kp = self.G_pinv @ Ghat @ np.diag(kp) @ Ghat.T
-        self.Kd = self.G_pinv @ Ghat @ np.diag(kd) @ Ghat.T
+        Kp = G_pinv @ Ghat @ np.diag(kp) @ Ghat.T
+        Kd = G_pinv @ Ghat @ np.diag(kd) @ Ghat.T
         lo_m = np.where(model.actuator_ctrllimited.astype(bool), model.actuator_ctrlrange[:, 0], -np.inf)
         hi_m = np.where(model.actuator_ctrllimited.astype(bool), model.actuator_ctrlrange[:, 1], np.inf)
-        self.lower = lo_m if lower is None else np.broadcast_to(np.asarray(lower, float), (nu,))
-        self.upper = hi_m if upper is None else np.broadcast_to(np.asarray(upper, float), (nu,))
-        knots = self.h * np.arange(T + 1)
-        Y = np.concatenate([self.q, self.v, np.vstack([self.u, self.u[-1:]])], axis=1)  # (T+1, nq+nv+nu)
-        self._spline = CubicSpline(knots, Y, axis=0, bc_type="not-a-knot")
-        self._dq = np.empty(nv)
-        self._qd = np.empty(nq)
+        lower = lo_m if lower is None else np.broadcast_to(np.asarray(lower, float), (nu,))
+        upper = hi_m if upper is None else np.broadcast_to(np.asarray(upper, float), (nu,))
+        return G_pinv, Kp, Kd, lower, upper
 
     @property
     def horizon_time(self) -> float:
@@ -229,11 +312,17 @@ class IDTOPlanner:
         self.divergence_factor = float(divergence_factor)
         self.h, self.T = problem.h, problem.T
         self.control_gain = actuation_map(self.model).control_gain
+        self._gains = IDTOPolicy.gains(self.model, kp, kd)
+        self._gains_key = self._key()
+        self._ff_map = np.linalg.pinv(self.control_gain).T  # (nv, nu): u_ff = τ G⁺ᵀ
         self.result: SolverResult | None = None
         self.t_plan = 0.0
         self.policy: IDTOPolicy | None = None
 
     # ------------------------------------------------------------------ pieces
+
+    def _key(self):
+        return (np.asarray(self.kp, dtype=float).tobytes(), np.asarray(self.kd, dtype=float).tobytes())
 
     def _measure(self, t, x):
         nq, nv = self.problem.nq, self.problem.nv
@@ -279,8 +368,10 @@ class IDTOPlanner:
             self.solver.trust_radius = self.solver.options.initial_radius
             wall = time.perf_counter() - start
             return PlannerUpdate(None, float(res.cost), res.iterations, wall, self._breakdown(res, wall), why)
-        policy = IDTOPolicy(self.model, t, self.h, res.q, res.v,
-                            feedforward_controls(self.control_gain, res.tau), self.kp, self.kd)
+        if self._key() != self._gains_key:  # kp / kd changed since the last plan
+            self._gains, self._gains_key = IDTOPolicy.gains(self.model, self.kp, self.kd), self._key()
+        policy = IDTOPolicy(self.model, t, self.h, res.q, res.v, res.tau @ self._ff_map, self.kp, self.kd,
+                            _gains=self._gains)
         self.result, self.t_plan, self.policy = res, float(t), policy
         wall = time.perf_counter() - start
         return PlannerUpdate(policy, float(res.cost), res.iterations, wall, self._breakdown(res, wall), why)
