@@ -493,7 +493,7 @@ def _build_task():
         description="get up from a random lying pose and stand (head above 1.35 m, balanced, for 0.5 s)",
         plant_model=plant_model, planner_model=_planner_model_default,
         cost=lambda m: getup_cost(m), initial_state=_initial_state, success=is_standing,
-        metric=_head_height, success_hold=SUCCESS_HOLD_S, default_seconds=TASK_SECONDS,
+        metric=_head_height, metric_label="head height above the feet [m]", success_hold=SUCCESS_HOLD_S, default_seconds=TASK_SECONDS,
         ilqg=_ilqg_defaults(), target_slowdown=float(PLANNER_DEFAULTS["slowdown"]))
 
 

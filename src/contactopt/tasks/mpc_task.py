@@ -36,7 +36,8 @@ class MPCTask:
       success_hold: seconds it must hold continuously.
       failure: ``(model, data) -> bool`` or None: a failure test on the plant state (e.g.
         "fell"), latched at its first true — a success must start before it.
-      metric: ``(model, data) -> float`` a running cost on the plant state, recorded.
+      metric: ``(model, data) -> float`` a running cost on the plant state, recorded;
+        metric_label: its name on the plot.
       ilqg: planner defaults: ``horizon`` (steps), ``settings`` (dict of
         :class:`~contactopt.solvers.ilqg.ILQGSettings` fields), ``iterations_per_update``,
         ``initial_iterations``, ``derivative_stride``, ``nominal_control``.
@@ -58,6 +59,7 @@ class MPCTask:
     metric: Callable | None = None
     success_hold: float = 0.0
     failure: Callable | None = None
+    metric_label: str = "task cost"
     default_seconds: float = 5.0
     ilqg: dict = field(default_factory=dict)
     lag: float | str = "measured"
@@ -165,6 +167,11 @@ def plot_mpc(task_name: str, result, path, *, metric_label: str = "task cost") -
     ax.plot(result.time, result.metric, color="k", lw=1.3)
     if result.time_to_success is not None:
         ax.axvline(result.time_to_success, color="tab:green", ls="--", lw=1, label="success")
+    if result.time_of_failure is not None:
+        ax.axvline(result.time_of_failure, color="tab:red", ls="--", lw=1, label="failure")
+    for push in result.pushes:
+        ax.axvspan(push.time, push.time + push.duration, color="tab:orange", alpha=0.3, label=f"push on {push.body}")
+    if result.time_to_success is not None or result.time_of_failure is not None or result.pushes:
         ax.legend(loc="best", fontsize=8)
     ax.set_ylabel(metric_label)
     ax.set_title(f"{task_name}: {result.mode} MPC, slowdown {result.slowdown:g}, "
@@ -187,13 +194,14 @@ def plot_mpc(task_name: str, result, path, *, metric_label: str = "task cost") -
     save_figure(fig, path)
 
 
-def write_outputs(report: dict, task_name: str, plant, result, video=None, plot=None) -> dict:
+def write_outputs(report: dict, task_name: str, plant, result, video=None, plot=None, *,
+                  metric_label: str = "task cost") -> dict:
     """Write the optional MP4 ``video`` and PNG ``plot`` of a closed-loop run; note them in ``report``."""
     if video is not None:
         report["video_frames"] = write_video(plant, result, video)
         report["video"] = str(video)
     if plot is not None:
-        plot_mpc(task_name, result, plot)
+        plot_mpc(task_name, result, plot, metric_label=metric_label)
         report["plot"] = str(plot)
     return report
 
@@ -219,7 +227,7 @@ def ilqg_runner(task: MPCTask):
                                  "force": [float(f) for f in p.force]} for p in result.pushes]
         if plant is not None and (mass_scale != 1.0 or friction_scale != 1.0):
             report["model_error"] = {"mass_scale": mass_scale, "friction_scale": friction_scale}
-        return write_outputs(report, task.name, plant, result, video, plot)
+        return write_outputs(report, task.name, plant, result, video, plot, metric_label=task.metric_label)
 
     run.task = task  # bench ilqg finds the task through its runner
     return run
