@@ -174,7 +174,8 @@ def test_async_mode_measures_lag(acrobot):
     # be shorter: the median is the robust check.
     assert np.all(lag >= 0.0)
     assert np.median(lag) >= 3.9 * min(1.0, res.realtime_factor)
-    assert res.realtime_factor == pytest.approx(1.0, rel=0.35)
+    # paced to real time: never faster; slower only by what a loaded machine takes away
+    assert 0.2 < res.realtime_factor <= 1.1
 
 
 def test_async_planner_error_is_raised(acrobot):
