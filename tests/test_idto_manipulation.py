@@ -1,0 +1,315 @@
+"""IDTO manipulation tasks (hand-ball, bimanual-box): quaternion errors, nominals, schedules, planners."""
+
+import math
+from types import SimpleNamespace
+
+import mujoco
+import numpy as np
+import pytest
+
+from contactopt.errors import ParameterError, ShapeError
+from contactopt.model import load_model
+from contactopt.tasks import load_task
+from contactopt.tasks import idto_manipulation as im
+from contactopt.tasks.idto_tasks import build_idto_planner
+
+
+def _random_quat(rng):
+    q = rng.normal(size=4)
+    return q / np.linalg.norm(q)
+
+
+# --------------------------------------------------------------------------- quaternions
+
+
+def test_quaternion_helpers_match_hand_computations_and_mujoco(rng):
+    s = math.sqrt(0.5)
+    np.testing.assert_allclose(im.quat_from_axis_angle([0, 0, 2.0], math.pi / 2), [s, 0, 0, s], atol=1e-15)
+    # two quarter turns about z make a half turn: (0, 0, 0, 1)
+    qz = im.quat_from_axis_angle([0, 0, 1], math.pi / 2)
+    np.testing.assert_allclose(im.quat_multiply(qz, qz), [0, 0, 0, 1], atol=1e-15)
+    # i ⊗ j = k
+    np.testing.assert_allclose(im.quat_multiply([0, 1, 0, 0], [0, 0, 1, 0]), [0, 0, 0, 1])
+    for _ in range(5):
+        a, b = _random_quat(rng), _random_quat(rng)
+        want = np.empty(4)
+        mujoco.mju_mulQuat(want, a, b)
+        np.testing.assert_allclose(im.quat_multiply(a, b), want, atol=1e-14)
+        np.testing.assert_allclose(im.quat_multiply(a, im.quat_conjugate(a)), [1, 0, 0, 0], atol=1e-14)
+
+
+def test_orientation_error_is_the_rotation_angle(rng):
+    ident = np.array([1.0, 0, 0, 0])
+    assert im.orientation_error(ident, ident) == pytest.approx(0.0, abs=1e-12)
+    assert im.orientation_error(ident, [0, 0, 0, 1]) == pytest.approx(math.pi)
+    assert im.orientation_error(ident, im.quat_from_axis_angle([1, 0, 0], math.radians(30))) == pytest.approx(
+        math.radians(30))
+    # q and −q are the same orientation; a rotation by 200° is 160° the short way
+    q = _random_quat(rng)
+    assert im.orientation_error(q, -q) == pytest.approx(0.0, abs=1e-7)
+    q200 = im.quat_from_axis_angle([0, 1, 0], math.radians(200))
+    assert im.orientation_error(ident, q200) == pytest.approx(math.radians(160))
+    # the error between q and r ⊗ q is the angle of r, whatever q is
+    r = im.quat_from_axis_angle([1, 2, 3], 0.7)
+    assert im.orientation_error(q, im.quat_multiply(r, q)) == pytest.approx(0.7)
+    # MuJoCo's own: |mju_subQuat| is the same angle
+    b = _random_quat(rng)
+    res = np.empty(3)
+    mujoco.mju_subQuat(res, b, q)
+    assert im.orientation_error(q, b) == pytest.approx(np.linalg.norm(res))
+
+
+def test_rotate_toward_turns_by_the_step_on_the_shortest_arc(rng):
+    q, target = _random_quat(rng), _random_quat(rng)
+    angle = im.orientation_error(q, target)
+    out = im.rotate_toward(q, target, 0.2)
+    assert im.orientation_error(q, out) == pytest.approx(min(0.2, angle))
+    assert im.orientation_error(out, target) == pytest.approx(max(angle - 0.2, 0.0))
+    assert im.orientation_error(im.rotate_toward(q, target, 10.0), target) == pytest.approx(0.0, abs=1e-7)
+    # a half turn from the identity about z goes about z: the quarter point is a yaw of 45°
+    half = im.rotate_toward([1, 0, 0, 0], [0, 0, 0, 1], math.pi / 4)
+    np.testing.assert_allclose(half, im.quat_from_axis_angle([0, 0, 1], math.pi / 4), atol=1e-12)
+
+
+def test_bad_quaternion_input_raises():
+    with pytest.raises(ParameterError):
+        im.orientation_error([0, 0, 0, 0], [1, 0, 0, 0])
+    with pytest.raises(ParameterError):
+        im.rotate_toward([1, 0, 0, 0], [0, 0, 0, 1], -0.1)
+    with pytest.raises(ParameterError):
+        im.quat_from_axis_angle([0, 0, 0], 1.0)
+    with pytest.raises(ShapeError):
+        im.quat_multiply([1, 0, 0], [1, 0, 0, 0])
+
+
+# --------------------------------------------------------------------------- hand-ball
+
+
+def test_tasks_registered_with_idto():
+    for name, model in (("hand-ball", "hand"), ("bimanual-box", "bimanual")):
+        spec = load_task(name)
+        assert "idto" in spec.planners and spec.model == model
+
+
+def test_hand_ball_planner_follows_the_paper_settings():
+    pl = build_idto_planner(im.HAND_BALL)
+    pr = pl.problem
+    assert (pr.T, pr.h, pr.nq, pr.nv) == (40, 0.05, 23, 22)
+    assert pl.solver.options.underactuation == "constrained"
+    p = pr.contact.params
+    assert (p.stiffness, p.smoothing, p.friction, p.stiction_velocity) == (100.0, 0.001, 1.0, 0.1)
+    np.testing.assert_allclose(pr.Qf_q, [1.0] * 16 + [100.0] * 6)
+    np.testing.assert_allclose(pr.Qq, [0.01] * 16 + [10.0] * 6)
+    assert pr.Z.shape == (22, 6)  # the ball's six unactuated dofs
+
+
+def test_hand_ball_nominal_turns_the_ball_about_the_axis_in_the_holding_pose():
+    m = load_model("hand")
+    T, h = 40, 0.05
+    nominal = im._hand_ball_nominal(m, T, h)
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, 0)
+    x = np.concatenate([d.qpos, d.qvel])
+    q, v = nominal(0.0, x)
+    assert q.shape == (T + 1, 23) and v.shape == (T + 1, 22)
+    qa, da = im._free_joint(m, "ball")
+    np.testing.assert_allclose(q[:, :16], np.tile(m.key_qpos[0, :16], (T + 1, 1)))  # hand holds still
+    # the ball stays at home, lowered to where the planner's compliant palm carries its weight
+    rest = m.key_qpos[0, qa:qa + 3] - [0, 0, im.planner_rest_offset(0.05 * 9.81, 100.0, 0.001)]
+    np.testing.assert_allclose(q[:, qa:qa + 3], np.tile(rest, (T + 1, 1)))
+    target = im.hand_ball_target()
+    for k in range(T + 1):
+        turned = min(im.HAND_BALL_SPIN * k * h, math.pi)
+        quat = q[k, qa + 3:qa + 7]
+        assert im.orientation_error(q[0, qa + 3:qa + 7], quat) == pytest.approx(turned, abs=1e-9)
+        assert im.orientation_error(quat, target) == pytest.approx(math.pi - turned, abs=1e-9)
+    # finite-difference angular velocity: the spin rate about the axis (body = world frame at k = 0..)
+    np.testing.assert_allclose(v[1, da + 3:da + 6], im.HAND_BALL_SPIN * im.HAND_BALL_AXIS, atol=1e-9)
+    np.testing.assert_allclose(v[:, :16], 0.0)
+
+
+def test_planner_rest_offset_carries_the_weight():
+    from contactopt.idto import softplus_normal_force
+
+    cases = ((0.49, 100.0, 0.001), (0.49, 1000.0, 0.001), (5.4, 1000.0, 0.005), (50.0, 100.0, 1e-3))
+    for weight, k, sigma in cases:
+        depth = im.planner_rest_offset(weight, k, sigma)
+        f = np.asarray(softplus_normal_force(-depth, k, sigma)[0])
+        assert float(f) == pytest.approx(weight, rel=1e-9)
+    # the Allegro ball sinks ~4.9 mm into the planner's palm (k = 100 N/m, σ = 1 mm)
+    assert im.planner_rest_offset(0.05 * 9.81, 100.0, 0.001) == pytest.approx(0.0049, abs=1e-4)
+    assert im.planner_rest_offset(0.05 * 9.81, 1000.0, 0.001) < 0  # stiff: it floats above
+    with pytest.raises(ParameterError):
+        im.planner_rest_offset(0.0, 100.0, 0.001)
+    with pytest.raises(ParameterError):
+        im.planner_rest_offset(1.0, 100.0, -0.001)
+
+
+def test_hand_ball_error_and_ball_in_hand_on_plant_states():
+    m = load_model("hand")
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, 0)
+    qa, _ = im._free_joint(m, "ball")
+    assert im.hand_ball_error_deg(m, d) == pytest.approx(180.0)
+    assert im.ball_in_hand(m, d.qpos)
+    d.qpos[qa + 3:qa + 7] = im.quat_from_axis_angle(im.HAND_BALL_AXIS, math.radians(150))
+    assert im.hand_ball_error_deg(m, d) == pytest.approx(30.0)
+    d.qpos[qa:qa + 3] = [0.2, 0.0, 0.06]  # on the floor
+    assert not im.ball_in_hand(m, d.qpos)
+    assert not im._hand_ball_success(m, d)
+    d.qpos[qa:qa + 3] = m.key_qpos[0, qa:qa + 3]
+    d.qpos[qa + 3:qa + 7] = im.hand_ball_target()
+    assert im._hand_ball_success(m, d)
+
+
+def test_hand_ball_report_on_a_recorded_run():
+    m = load_model("hand")
+    n = 101
+    t = np.linspace(0.0, 1.0, n)
+    qpos = np.tile(m.key_qpos[0], (n, 1))
+    err = np.linspace(180.0, 120.0, n)
+    err[50] = 100.0
+    qa, _ = im._free_joint(m, "ball")
+    qpos[80:, qa + 2] = 0.06  # dropped at t = 0.8
+    res = SimpleNamespace(time=t, qpos=qpos, metric=err)
+    rep = im._hand_ball_report(im.HAND_BALL, m, res, qpos[0])
+    assert rep["initial_error_deg"] == 180.0 and rep["final_error_deg"] == 120.0
+    assert rep["min_error_deg"] == 100.0
+    err[50] = 150.0
+    rep2 = im._hand_ball_report(im.HAND_BALL, m, res, qpos[0])
+    # t = 0.79 is the last sample in the hand
+    assert rep2["min_error_in_hand_deg"] == pytest.approx(180.0 - 0.6 * 79)
+    assert rep2["min_error_deg"] == 120.0
+    assert rep["ball_left_hand_at"] == pytest.approx(0.8)
+    assert rep["ball_in_hand_at_end"] is False
+    assert [s[0] for s in rep["error_deg_series"]] == pytest.approx([0.0, 0.25, 0.5, 0.75, 1.0])
+
+
+# --------------------------------------------------------------------------- bimanual-box
+
+
+def test_box_targets_are_consistent_with_the_table():
+    m = load_model("bimanual")
+    qa, _ = im._free_joint(m, "box")
+    home = m.key_qpos[0, qa:qa + 3]
+    slide, lift, edge = im.BOX_TARGETS
+    np.testing.assert_allclose(np.subtract(slide.pos, home), [0.10, 0, 0])
+    np.testing.assert_allclose(np.subtract(lift.pos, slide.pos), [0, 0, 0.10])
+    # balanced on an edge: the lowest corners touch the table top, two of them (an edge along y)
+    R = np.empty(9)
+    mujoco.mju_quat2Mat(R, np.array(edge.quat))
+    corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * 0.075
+    z = np.asarray(edge.pos)[2] + corners @ R.reshape(3, 3)[2]
+    assert z.min() == pytest.approx(0.75, abs=1e-12)
+    assert np.sum(np.isclose(z, 0.75)) == 2
+    assert math.degrees(im.orientation_error([1, 0, 0, 0], edge.quat)) == pytest.approx(45.0)
+
+
+def test_box_pose_error_by_hand():
+    target = im.BoxTarget("t", (0.1, 0.0, 0.8), (1.0, 0.0, 0.0, 0.0))
+    q = np.zeros(21)
+    q[14:17] = [0.1, 0.03, 0.84]
+    q[17:21] = im.quat_from_axis_angle([0, 0, 1], math.radians(20))
+    ep, eo = im.box_pose_error(q, target, 14)
+    assert ep == pytest.approx(0.05) and eo == pytest.approx(20.0)
+
+
+def _box_qpos(m, pos, quat=(1, 0, 0, 0)):
+    q = m.key_qpos[0].copy()
+    qa, _ = im._free_joint(m, "box")
+    q[qa:qa + 3] = pos
+    q[qa + 3:qa + 7] = quat
+    return q
+
+
+def test_target_schedule_switches_when_reached_or_after_the_budget():
+    m = load_model("bimanual")
+    qa, _ = im._free_joint(m, "box")
+    sched = im.TargetSchedule(im.BOX_TARGETS, qa, budget=2.0)
+    far = _box_qpos(m, [0.0, 0.0, 0.825])
+    assert sched.update(0.0, far).name == "slide"
+    assert sched.update(1.0, far).name == "slide"
+    # within 3 cm and 10°: reached
+    near = _box_qpos(m, np.add(im.BOX_TARGETS[0].pos, [0.02, 0, 0]), im.quat_from_axis_angle([0, 0, 1], 0.1))
+    assert sched.update(1.5, near).name == "lift"
+    assert sched.switches == [(0, 1.5, "reached")]
+    assert sched.update(3.0, far).name == "lift"
+    assert sched.update(3.5, far).name == "edge"  # 2 s budget spent
+    assert sched.switches[-1] == (1, 3.5, "budget")
+    assert sched.update(100.0, far).name == "edge"  # the last target stays
+    with pytest.raises(ParameterError):
+        im.TargetSchedule([], qa)
+    with pytest.raises(ParameterError):
+        im.TargetSchedule(im.BOX_TARGETS, qa, budget=0.0)
+
+
+def test_bimanual_nominal_ramps_the_box_and_replay_rebuilds_its_schedule():
+    m = load_model("bimanual")
+    T, h = 20, 0.05
+    nominal = im._bimanual_nominal(m, T, h)
+    qa, _ = im._free_joint(m, "box")
+    x = np.concatenate([m.key_qpos[0], np.zeros(m.nv)])
+    q, v = nominal(0.0, x)
+    assert q.shape == (T + 1, 21) and v.shape == (T + 1, 20)
+    np.testing.assert_allclose(q[:, :14], np.tile(m.key_qpos[0, :14], (T + 1, 1)))
+    step = np.linalg.norm(q[:, qa:qa + 3] - q[0, qa:qa + 3], axis=1)
+    np.testing.assert_allclose(step, np.minimum(im.BOX_SPEED * h * np.arange(T + 1), 0.10), atol=1e-12)
+    np.testing.assert_allclose(q[-1, qa:qa + 3], im.BOX_TARGETS[0].pos, atol=1e-12)
+    np.testing.assert_allclose(v[1, qa:qa + 3], [im.BOX_SPEED, 0, 0], atol=1e-9)
+    # a fake run: the box reaches the slide target at 0.5 s, then stays; updates every 0.05 s
+    times = np.round(np.arange(0.0, 6.0 + 1e-9, 0.01), 10)
+    qpos = np.array([_box_qpos(m, im.BOX_TARGETS[0].pos if t >= 0.5 else [0.0, 0.0, 0.825]) for t in times])
+    updates = [SimpleNamespace(t_state=float(t)) for t in times[5::5]]
+    for u in updates:
+        i = int(np.searchsorted(times, u.t_state - 1e-9))
+        nominal(u.t_state, np.concatenate([qpos[i], np.zeros(m.nv)]))
+    res = SimpleNamespace(time=times, qpos=qpos, updates=updates)
+    replay = im.replay_schedule(m, res, x)
+    assert replay.switches == nominal.schedule.switches
+    assert replay.switches[0] == (0, 0.5, "reached")
+    assert replay.switches[1][2] == "budget" and replay.switches[1][1] == pytest.approx(0.5 + im.BOX_BUDGET)
+    rep = im._bimanual_report(im.BIMANUAL_BOX, m, res, x)
+    rows = rep["targets"]
+    assert [r["reached"] for r in rows] == [True, False, False]
+    assert rows[0]["reached_at"] == pytest.approx(0.5) and rows[0]["switched_by"] == "reached"
+    assert rows[1]["end_error_m"] == pytest.approx(0.10) and rows[1]["switched_by"] == "budget"
+    assert rep["targets_reached"] == 1
+
+
+def test_bimanual_planner_follows_the_paper_settings():
+    pl = build_idto_planner(im.BIMANUAL_BOX)
+    pr = pl.problem
+    assert (pr.T, pr.h, pr.nq, pr.nv) == (20, 0.05, 21, 20)
+    assert pl.solver.options.underactuation == "penalty"
+    p = pr.contact.params
+    assert (p.stiffness, p.smoothing, p.friction, p.stiction_velocity) == (1000.0, 0.005, 0.2, 0.05)
+    np.testing.assert_allclose(pr.Qq, [0.0] * 14 + [10.0] * 6)
+    assert pr.unactuated_penalty == 1e3
+
+
+# --------------------------------------------------------------------------- closed loops
+
+
+@pytest.mark.slow
+def test_hand_ball_closed_loop_starts_turning_the_ball_and_keeps_it():
+    from contactopt.tasks.idto_tasks import run_idto_task
+
+    result, plant, _ = run_idto_task(im.HAND_BALL, seconds=1.5, seed=0)
+    err = result.metric
+    assert err[0] == pytest.approx(180.0)
+    assert err.min() < 175.0  # at least 5° turned toward the target ...
+    assert im.ball_in_hand(plant, result.qpos[-1])  # ... with the ball still in the hand
+    assert result.failed_updates == 0
+
+
+@pytest.mark.slow
+def test_bimanual_box_closed_loop_slides_the_box_to_the_first_target():
+    from contactopt.tasks.idto_tasks import run_idto_task
+
+    result, plant, x0 = run_idto_task(im.BIMANUAL_BOX, seconds=1.0, seed=0)
+    qa, _ = im._free_joint(plant, "box")
+    sched = im.replay_schedule(plant, result, x0)
+    assert sched.switches and sched.switches[0][0] == 0 and sched.switches[0][2] == "reached"
+    assert result.qpos[-1, qa] - x0[qa] > 0.06  # pushed along the table (+x) ...
+    assert abs(result.qpos[-1, qa + 2] - x0[qa + 2]) < 0.01  # ... not lifted or tipped
+    assert result.failed_updates == 0
