@@ -19,8 +19,9 @@ builds it, the problem's Jacobian workers set to ``os.cpu_count()``:
    multipliers and dogleg) and ``rest`` (the trial point's evaluation).  The top-level keys
    are the penalty method's; ``methods`` holds both.
 3. **MPC rate.** A synchronous closed loop (:func:`contactopt.mpc.run_mpc`, the plant is
-   MuJoCo with its own contact) of ``mpc_updates`` warm-started updates of one iteration each
-   (:meth:`~contactopt.mpc.idto_planner.IDTOPlanner.update`: shift, re-anchor, one iteration,
+   MuJoCo with its own contact) of ``mpc_updates`` warm-started updates of the task's
+   ``iterations_per_update`` (1 for most tasks, as in the paper)
+   (:meth:`~contactopt.mpc.idto_planner.IDTOPlanner.update`: shift, re-anchor, iterate,
    splines) after a first plan of at most ``mpc_initial_iterations``; ``mpc_hz`` = 1 / median
    update wall time, beside the task's target.
 4. **Generic least squares, same problem, same run.** The penalty problem ``½‖r(q)‖²`` over
@@ -669,8 +670,8 @@ def table(result: dict) -> str:
         })
     s = result.get("settings", {})
     head = (f"IDTO bench: {result.get('cpu_count')} cores (Jacobian threads), open loop from seed 0, "
-            f"{s.get('convergence_iterations')} iterations per method; MPC {s.get('mpc_updates')} one-iteration "
-            f"updates; generic solvers race our {s.get('compare_iterations')}-iteration penalty cost")
+            f"{s.get('convergence_iterations')} iterations per method; MPC {s.get('mpc_updates')} updates "
+            f"(the task's iterations per update); generic solvers race our {s.get('compare_iterations')}-iteration penalty cost")
     body = format_table(rows, [
         ("task", "task", "{}"),
         ("size", "nv×T", "{}"),

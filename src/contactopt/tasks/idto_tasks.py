@@ -29,6 +29,7 @@ acrobot's swing-up plans are only tracked for ~2 s before the ±5 N·m limit and
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -59,6 +60,9 @@ class IDTOTask:
       success: ``(model, data) -> bool`` on the plant; success_hold: seconds it must hold.
       failure: optional ``(model, data) -> bool`` failure test on the plant (e.g. "fell"),
         latched at its first true (see :func:`~contactopt.mpc.run_mpc`).
+      planner_model: optional ``(model) -> None`` that edits the planner's own model before
+        the problem is built (e.g. collision filters the compliant model should see); the
+        plant is never edited.
       metric: ``(model, data) -> float`` recorded on the plant.
       kp, kd: policy gains along each actuator's direction (``(nu,)`` or scalar).
       lag: sync-mode policy lag [s] (one replan period at the paper's MPC rate);
@@ -95,6 +99,7 @@ class IDTOTask:
     report: Callable | None = None
     success_factory: Callable | None = None
     failure: Callable | None = None
+    planner_model: Callable | None = None
 
 
 def _load(name: str):
@@ -119,6 +124,10 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
         import dataclasses
         task = dataclasses.replace(task, **overrides)
     m = _load(task.model) if model is None else model
+    if task.planner_model is not None:
+        if model is not None:
+            m = copy.deepcopy(m)  # the caller's model stays as it is
+        task.planner_model(m)
     contact = None
     if task.contact is not None:
         cp = dict(task.contact)
