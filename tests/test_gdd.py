@@ -21,6 +21,7 @@ from contactopt.gdd import (
     GDDSettings,
     GDDSolver,
     MinimumJerk,
+    PostureTarget,
     SpringDamper,
     Status,
     gdd_step,
@@ -652,3 +653,140 @@ def test_workspace_is_reused_across_states_with_different_constraint_counts():
     assert np.allclose(ground.qacc, fresh.qacc, rtol=0, atol=1e-10)
     assert np.allclose(air_again.qacc, air.qacc, rtol=0, atol=1e-10)
     assert np.allclose(ground.ctrl, fresh.ctrl, rtol=0, atol=1e-10)
+
+
+# --------------------------------------------------------------------------- compiled step, safeguard
+
+
+def _builtin_cost(m, d, *, xfrc=False):
+    """Built-in terms only (the compiled step): two frame terms, a CoM spring on two axes, a
+    posture PD target (mass metric), a fixed diagonal target and damping."""
+    sid = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SITE, "right_hand")
+    ee = EndEffectorAcceleration(m, site="right_hand", weight=200.0,
+                                 target=SpringDamper(d.site_xpos[sid] + [0.2, -0.1, 0.2], stiffness=40.0,
+                                                     max_acceleration=10.0))
+    foot = EndEffectorAcceleration(m, body="left_foot", weight=50.0, target=np.array([0.0, 0.1, -0.2]))
+    com = CenterOfMassAcceleration(m, weight=1e3, target=SpringDamper(np.r_[d.subtree_com[0, :2], 0.0],
+                                                                      stiffness=100.0, axes=(1, 1, 0)))
+    posture = AccelerationTarget(m, PostureTarget(m, d.qpos.copy(), kp=30.0), weight=40.0)
+    arms = AccelerationTarget(m, np.linspace(-1, 1, m.nv), weight=5.0, metric="identity", dofs=[6, 7, 8])
+    return Cost(ee, foot, com, posture, arms, Damping(0.1, 5.0))
+
+
+def test_compiled_step_matches_the_general_path(rng):
+    """The one-call compiled step (problem + built-in terms in the kernel) equals the general path."""
+    m, d = humanoid_standing()
+    cost = _builtin_cost(m, d)
+    for trial in range(3):
+        d.qvel[:] = rng.normal(scale=0.3, size=m.nv)
+        d.xfrc_applied[:] = 0.0
+        if trial:
+            d.xfrc_applied[rng.integers(1, m.nbody)] = rng.normal(size=6)
+        mujoco.mj_forward(m, d)
+        fast_solver = GDDSolver(m, warm_start=False)
+        fast = fast_solver.solve(d, cost)
+        assert fast_solver._plan is not None and fast_solver._plan.ok
+        slow_solver = GDDSolver(m, warm_start=False)
+        slow = slow_solver.solve(d, cost, problem=slow_solver.problem(d))
+        assert fast.converged and slow.converged
+        assert np.allclose(fast.qacc, slow.qacc, rtol=0, atol=1e-8 * (1 + np.abs(slow.qacc).max()))
+        assert np.allclose(fast.ctrl, slow.ctrl, rtol=0, atol=1e-8 * (1 + np.abs(slow.ctrl).max()))
+    # weights, activity and goals are read by the compiled step without rebuilding its plan
+    solver = GDDSolver(m, warm_start=False)
+    solver.solve(d, cost)
+    plan = solver._plan
+    cost.terms[0].target.position[:] += 0.05
+    cost.terms[1].active = False
+    cost.terms[3].weight = 10.0
+    fast = solver.solve(d, cost)
+    assert solver._plan is plan
+    slow = GDDSolver(m, warm_start=False)
+    slow_res = slow.solve(d, cost, problem=slow.problem(d))
+    assert np.allclose(fast.qacc, slow_res.qacc, rtol=0, atol=1e-8 * (1 + np.abs(slow_res.qacc).max()))
+    # replacing a target object rebuilds the plan; a callable target takes the general path
+    cost.terms[1].target = SpringDamper(d.xpos[5], stiffness=10.0)
+    solver.solve(d, cost)
+    assert solver._plan is not plan and solver._plan.ok
+    cost.terms[3].set_target(np.zeros(m.nv))
+    generic = Cost(*cost.terms, AccelerationTarget(m, lambda problem: np.zeros(m.nv)))
+    solver.solve(d, generic)
+    assert not solver._plan.ok
+
+
+def test_posture_target_matches_mj_differentiate_pos(rng):
+    """The compiled configuration difference (free, ball, hinge joints) equals MuJoCo's."""
+    xml = """<mujoco><worldbody>
+      <body><freejoint/><geom size="0.1"/>
+        <body pos="0 0 0.3"><joint type="ball"/><geom size="0.05"/>
+          <body pos="0 0 0.3"><joint type="hinge" axis="0 1 0"/><joint type="slide" axis="1 0 0"/>
+            <geom size="0.05"/></body></body></body>
+      </worldbody><actuator><motor joint="0" gear="1"/></actuator></mujoco>""".replace('joint="0"', 'joint="j"')
+    xml = xml.replace('<joint type="hinge" axis="0 1 0"/>', '<joint name="j" type="hinge" axis="0 1 0"/>')
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    from contactopt.gdd.solver import _FastPlan
+
+    for _ in range(5):
+        q1 = rng.normal(size=m.nq)
+        q2 = rng.normal(size=m.nq)
+        for q in (q1, q2):
+            q[3:7] /= np.linalg.norm(q[3:7])
+            q[7:11] /= np.linalg.norm(q[7:11])
+        expected = np.zeros(m.nv)
+        mujoco.mj_differentiatePos(m, expected, 1.0, q1, q2)
+        pt = PostureTarget(m, q2, kp=2.0, kd=0.5)
+        term = AccelerationTarget(m, pt)
+        plan = _FastPlan(GDDSolver(m), Cost(term))
+        out = np.zeros(m.nv)
+        K.differentiate_pos(plan.si, q1, 0, pt.qref, out)
+        assert np.allclose(out, expected, atol=1e-12)
+        d.qpos[:] = q1
+        d.qvel[:] = rng.normal(size=m.nv)
+        mujoco.mj_forward(m, d)
+        problem = GDDSolver(m).problem(d)
+        assert np.allclose(pt(problem), 2.0 * expected - 0.5 * d.qvel, atol=1e-12)
+
+
+def test_non_finite_goal_on_the_compiled_step_raises_and_never_steps():
+    m, d = humanoid_standing()
+    cost = _builtin_cost(m, d)
+    cost.terms[0].target.position[:] = np.nan
+    solver = GDDSolver(m)
+    t0, ctrl0 = d.time, d.ctrl.copy()
+    with pytest.raises(NonFiniteError, match="right_hand"):
+        gdd_step(m, d, cost, solver)
+    assert d.time == t0 and np.array_equal(d.ctrl, ctrl0)
+
+
+def test_safeguard_replaces_an_absurd_initial_guess(rng):
+    """A first guess blown up by roundoff (1e12 m/s²) is replaced by the free acceleration."""
+    m, d = humanoid_standing()
+    cost = _builtin_cost(m, d)
+    ref = GDDSolver(m, warm_start=False).solve(d, cost)
+    assert ref.converged and ref.safeguards == 0
+    guess = rng.normal(size=m.nv) * 1e12
+    res = GDDSolver(m, warm_start=False).solve(d, cost, initial_qacc=guess)
+    assert res.safeguards >= 1 and res.converged
+    assert np.allclose(res.qacc, ref.qacc, rtol=0, atol=1e-7 * (1 + np.abs(ref.qacc).max()))
+    # a poisoned warm start is caught the same way
+    solver = GDDSolver(m)
+    solver.solve(d, cost)
+    solver._qacc = np.full(m.nv, 1e13)
+    again = solver.solve(d, cost)
+    assert again.safeguards >= 1 and again.converged and np.isfinite(again.ctrl).all()
+    assert np.allclose(again.qacc, ref.qacc, rtol=0, atol=1e-7 * (1 + np.abs(ref.qacc).max()))
+
+
+def test_safeguard_restarts_a_failed_solve_from_the_free_acceleration():
+    """A first attempt that does not converge from a non-neutral guess is restarted once from
+    the free acceleration; the outcome is reported (status, safeguards), never hidden."""
+    m, d = humanoid_standing()
+    cost = _builtin_cost(m, d)
+    guess = np.full(m.nv, 1e3)
+    off = GDDSolver(m, warm_start=False, safeguard=False, max_iterations=2).solve(d, cost, initial_qacc=guess)
+    on = GDDSolver(m, warm_start=False, max_iterations=2).solve(d, cost, initial_qacc=guess)
+    assert off.safeguards == 0 and on.safeguards == 1
+    assert on.status == Status.MAX_ITERATIONS and on.iterations <= 2
+    assert np.isfinite(on.qacc).all() and np.isfinite(on.ctrl).all()
+    full = GDDSolver(m, warm_start=False).solve(d, cost, initial_qacc=guess)
+    assert full.converged

@@ -18,6 +18,7 @@ from .costs import (
     EndEffectorAcceleration,
     FrameState,
     MinimumJerk,
+    PostureTarget,
     SpringDamper,
     TermModel,
 )
@@ -40,7 +41,7 @@ __all__ = [
     # cost terms
     "Cost", "CostTerm", "CostArrays", "TermModel", "FrameState", "SpringDamper", "MinimumJerk",
     "EndEffectorAcceleration", "Damping", "CenterOfMassAcceleration", "CenterOfPressure",
-    "ContactForce", "AccelerationTarget",
+    "ContactForce", "AccelerationTarget", "PostureTarget",
     # per-state quantities
     "GDDProblem", "build_problem", "ActuationModel", "ActuationArrays",
 ]

@@ -92,7 +92,8 @@ IPAR_KM = 9  # sizes of the packed cost: mass terms, diagonal terms, rows, force
 IPAR_KD = 10
 IPAR_M1 = 11
 IPAR_M2 = 12
-IPAR_NIPAR = 13
+IPAR_SAFEGUARD = 13  # 1: guard against non-finite / huge initial guesses and steps (restart cold)
+IPAR_NIPAR = 14
 
 # statistics
 ST_STATUS = 0
@@ -109,7 +110,8 @@ ST_LS_EVALS = 10
 ST_CLAMPED = 11
 ST_WS_FLOAT = 12  # workspace lengths needed (with STATUS_WORKSPACE)
 ST_WS_INT = 13
-ST_NSTAT = 14
+ST_SAFEGUARD = 14  # step safeguard actions (non-finite / huge / non-descent step replaced)
+ST_NSTAT = 15
 
 # per-iteration log columns
 LOG_OBJECTIVE = 0
@@ -763,66 +765,69 @@ def _build_hessian(pb, wk):
             continue
         hi_ = wk.hdiag[i]
         if hi_ != 0.0:
+            # row axpys over the full row (vectorized; J is zero off its nonzero columns)
             nnz = pb.jnnz[i]
             for p in range(nnz):
                 kp = pb.jnz[i, p]
                 jp = J[i, kp] * hi_
-                for pp in range(nnz):
-                    kq = pb.jnz[i, pp]
-                    P[kp, kq] += jp * J[i, kq]
+                for k in range(nv):
+                    P[kp, k] += jp * J[i, k]
         i += 1
-    # Hm = Q + ZᵀZ with the rows of Z: X = L_M⁻¹P (nv rows, forward substitution by row
-    # axpys skipping the structural zeros of L_M), √ρ_e Ceq_e P, √ρ_j Cbox_j P (box terms
-    # on) and the rows of K2; ZᵀZ accumulated as outer products of rows (vectorized axpys,
-    # no allocation).  Only the lower triangle of Hm is formed (all the Cholesky factor reads).
+    # Hm = Q + ZᵀZ with the rows of Z: X = L_M⁻¹P (nv rows), √ρ_e Ceq_e P, √ρ_j Cbox_j P (box
+    # terms on) and the rows of K2.  Z is stored transposed (ZT, nv × rows): column r of X is
+    # L_M⁻¹ P[:, r] = L_M⁻¹ P[r, :]ᵀ (P is symmetric), a forward substitution whose inner
+    # products run over contiguous rows; then Hm_rk = Q_rk + ZT_r · ZT_k (contiguous dot
+    # products of length "rows", which vectorize).  Only the lower triangle of Hm is formed
+    # (all the Cholesky factor reads).
     LM = pb.LM
-    Z = wk.Z
-    for t in range(nv):
+    ZT = wk.Z
+    X = wk.LH  # scratch until the factorization below
+    for t in range(nv):  # X = L_M⁻¹ P by row axpys (vectorized), then ZT[:, :nv] = Xᵀ
         for k in range(nv):
-            Z[t, k] = P[t, k]
+            X[t, k] = P[t, k]
         for k2 in range(t):
             lt = LM[t, k2]
-            if lt != 0.0:
-                for k in range(nv):
-                    Z[t, k] -= lt * Z[k2, k]
+            for k in range(nv):
+                X[t, k] -= lt * X[k2, k]
         inv = 1.0 / LM[t, t]
         for k in range(nv):
-            Z[t, k] *= inv
-    nrow = nv
+            X[t, k] *= inv
+    for t in range(nv):
+        for k in range(nv):
+            ZT[k, t] = X[t, k]
+    ncol = nv
     for e in range(nz):
         sr = math.sqrt(pb.rho_e[e])
         for k in range(nv):
-            Z[nrow, k] = 0.0
+            ZT[k, ncol] = 0.0
         for p in range(pb.ce_nnz[e]):
             t = pb.ce_idx[e, p]
             cv = sr * pb.Ceq[e, t]
             for k in range(nv):
-                Z[nrow, k] += cv * P[t, k]
-        nrow += 1
+                ZT[k, ncol] += cv * P[t, k]
+        ncol += 1
     for j in range(nb):
         if wk.bact[j] != 0:
             sr = math.sqrt(pb.rho_b[j])
             for k in range(nv):
-                Z[nrow, k] = 0.0
+                ZT[k, ncol] = 0.0
             for p in range(pb.cb_nnz[j]):
                 t = pb.cb_idx[j, p]
                 cv = sr * pb.Cbox[j, t]
                 for k in range(nv):
-                    Z[nrow, k] += cv * P[t, k]
-            nrow += 1
+                    ZT[k, ncol] += cv * P[t, k]
+            ncol += 1
     for q_ in range(m2):
         for k in range(nv):
-            Z[nrow, k] = wk.K2[q_, k]
-        nrow += 1
+            ZT[k, ncol] = wk.K2[q_, k]
+        ncol += 1
+    Q = pb.Q
     for r in range(nv):
         for k in range(r + 1):
-            Hm[r, k] = pb.Q[r, k]
-    for t in range(nrow):
-        for r in range(nv):
-            zr = Z[t, r]
-            if zr != 0.0:
-                for k in range(r + 1):
-                    Hm[r, k] += zr * Z[t, k]
+            s = Q[r, k]
+            for t in range(ncol):
+                s += ZT[r, t] * ZT[k, t]
+            Hm[r, k] = s
     if cholesky(Hm, wk.LH):
         return True
     scale = 0.0
@@ -838,6 +843,13 @@ def _build_hessian(pb, wk):
 
 
 KINK_TOL = 1e-10
+
+#: safeguard limits, multiples of the solve's acceleration scale (free acceleration, constraint
+#: reference accelerations and cost targets): an initial guess above GUESS_LIMIT is replaced by
+#: the free acceleration; a step above STEP_LIMIT or a result above RESULT_LIMIT restarts the solve
+GUESS_LIMIT = 1e4
+STEP_LIMIT = 1e6
+RESULT_LIMIT = 1e6
 
 
 @njit(cache=True, error_model="numpy")
@@ -1762,7 +1774,7 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     w_P, of = _take2(wsf, of, nv, nv)
     w_Hm, of = _take2(wsf, of, nv, nv)
     w_LH, of = _take2(wsf, of, nv, nv)
-    w_Z, of = _take2(wsf, of, nv + nz + nb + m2, nv)
+    w_Z, of = _take2(wsf, of, nv, nv + nz + nb + m2)
     l_g1, of = _take(wsf, of, nv)
     l_y1, of = _take(wsf, of, nv)
     l_yk, of = _take(wsf, of, nv)
@@ -1852,182 +1864,259 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
           l_evalpha, l_evrow, l_evtype, l_bhi, l_blo, l_order)
     have_factor = False
 
-    phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
-    if not (np.isfinite(phi) and np.all(np.isfinite(wk.grad))):
-        stats[ST_STATUS] = STATUS_NUMERICAL_ERROR
-        return
-
+    # ---- safeguard (IPAR_SAFEGUARD): a scale of reasonable accelerations — the free
+    # acceleration M⁻¹(−c), the constraint reference accelerations and the cost's targets
+    a_free = c_Mt
+    for k in range(nv):
+        a_free[k] = -c[k]
+    chol_solve(LM, a_free, a_free)
+    for k in range(nv):
+        c_tmp[k] = q[k]
+    chol_solve(LM, c_tmp, c_tmp)
+    ascale = 1.0 + math.sqrt(_dot(a_free, a_free)) + math.sqrt(_dot(c_tmp, c_tmp))
+    for i in range(nefc):
+        ascale = max(ascale, 1.0 + abs(aref[i]))
+    for r in range(m2):
+        ascale = max(ascale, 1.0 + abs(e2s[r]))
+    safeguard = iparams[IPAR_SAFEGUARD] == 1
+    nsafe = 0
+    cold = False  # the current attempt started from the free acceleration
+    if safeguard:
+        an = math.sqrt(_dot(a, a))
+        if not an <= GUESS_LIMIT * ascale:  # non-finite or absurd initial guess: start cold
+            nsafe += 1
+            cold = True
+            for k in range(nv):
+                a[k] = a_free[k]
+            for e in range(nz):
+                lam[e] = 0.0
+            for j in range(nb):
+                mu_lo[j] = 0.0
+                mu_hi[j] = 0.0
     status = STATUS_CONVERGED
     iters = 0
     duals = 0
     nfact = 0
     events_total = 0
     ls_evals = 0
-    gnorm = math.sqrt(_dot(wk.grad, wk.grad))
-    tol_grad = max(tol_grad0, params[PAR_TOL_GRAD] * math.sqrt(_dot(wk.g, wk.g)))
-    stall_rounds = 0
-    kkt_first = newton_dual == 1
-    done = False
-    while not done:
-        # ---- inner Gauss-Newton iterations on the augmented Lagrangian
-        stalled = False
-        exact = False  # the last step landed on the exact minimizer of its piece / face
-        releases = 0
-        just_released = False
-        kink_gnorm = 0.0
-        probed = False
-        while True:
-            same = _same_pattern(wk, fact_state, fact_bact, have_factor)
+    gnorm = 0.0
+    phi = 0.0
+    ell = 0.0
+    for attempt in range(2):
+        if attempt == 1:
+            # the first attempt failed (non-finite or huge step, a numerical failure, or no
+            # convergence from a non-neutral guess): restart from the free acceleration with
+            # fresh multipliers, no KKT first step
+            nsafe += 1
+            cold = True
+            for k in range(nv):
+                a[k] = a_free[k]
+            for e in range(nz):
+                lam[e] = 0.0
+            for j in range(nb):
+                mu_lo[j] = 0.0
+                mu_hi[j] = 0.0
             for i in range(nefc):
-                if wk.kink[i] != prev_kink[i]:
-                    exact = False
+                w_kink[i] = 0
+                w_release[i] = 0
+                fact_state[i] = -1
+                prev_kink[i] = 0
+            have_factor = False
+            newton_dual_first = False
+        else:
+            newton_dual_first = newton_dual == 1
+        status = STATUS_CONVERGED
+        phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
+        if not (np.isfinite(phi) and np.all(np.isfinite(wk.grad))):
+            status = STATUS_NUMERICAL_ERROR
+            if safeguard and attempt == 0:
+                continue
+            break
+
+        status = STATUS_CONVERGED
+        iters = 0
+        duals = 0
+        nfact = 0
+        events_total = 0
+        ls_evals = 0
+        gnorm = math.sqrt(_dot(wk.grad, wk.grad))
+        tol_grad = max(tol_grad0, params[PAR_TOL_GRAD] * math.sqrt(_dot(wk.g, wk.g)))
+        stall_rounds = 0
+        kkt_first = newton_dual_first
+        done = False
+        while not done:
+            # ---- inner Gauss-Newton iterations on the augmented Lagrangian
+            stalled = False
+            exact = False  # the last step landed on the exact minimizer of its piece / face
+            releases = 0
+            just_released = False
+            kink_gnorm = 0.0
+            probed = False
+            while True:
+                same = _same_pattern(wk, fact_state, fact_bact, have_factor)
+                for i in range(nefc):
+                    if wk.kink[i] != prev_kink[i]:
+                        exact = False
+                        break
+                factored = 0
+                if not same:
+                    if not _build_hessian(pb, wk):
+                        status = STATUS_NUMERICAL_ERROR
+                        done = True
+                        break
+                    nfact += 1
+                    factored = 1
+                    have_factor = True
+                    _save_pattern(wk, fact_state, fact_bact)
+                nk = wk.nk[0]
+                if nk == 0:
+                    gnorm = math.sqrt(_dot(wk.grad, wk.grad))
+                    if gnorm <= tol_grad or (same and exact):
+                        break
+                    if kkt_first:
+                        # first step of the solve: update the multipliers together with it (KKT
+                        # step of the current piece) when the constraints are violated
+                        kkt_first = False
+                        fe, fb = _feasibility(pb, wk)
+                        if (fe > tol_feas or fb > tol_feas) and duals < max_dual and \
+                                _dual_newton(pb, wk, _pinned(wk), lam, mu_lo, mu_hi, True):
+                            duals += 1
+                            phi = _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell)
+                            continue
+                    for k in range(nv):
+                        dvec[k] = -wk.grad[k]
+                    chol_solve(wk.LH, dvec, dvec)
+                    if math.sqrt(_dot(dvec, dvec)) <= 1e-14 * (1.0 + math.sqrt(_dot(a, a))):
+                        break  # roundoff floor
+                else:
+                    kidx = _pinned(wk)
+                    nu = np.empty(nk)
+                    gnorm = _face_step(pb, wk, kidx, dvec, nu)
+                    tiny = math.sqrt(_dot(dvec, dvec)) <= 1e-14 * (1.0 + math.sqrt(_dot(a, a)))
+                    if gnorm <= tol_grad or (same and exact) or tiny:
+                        if releases > nefc or \
+                                not _release(pb, wk, kidx, nu, max(tol_grad, 10.0 * gnorm)):
+                            break  # no side of any pinned row descends: a kink local minimum
+                        releases += 1
+                        kink_gnorm = gnorm
+                        just_released = True
+                        exact = False
+                        phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
+                        continue
+                if iters >= max_iter:
+                    status = STATUS_MAX_ITERATIONS
+                    done = True
                     break
-            factored = 0
-            if not same:
-                if not _build_hessian(pb, wk):
+                dphi0 = _dot(wk.grad, dvec)
+                if not dphi0 < 0.0:
+                    stalled = True
+                    break
+                _matvec(J, dvec, Jd)
+                for i in range(nefc):
+                    prev_kink[i] = wk.kink[i]
+                    if wk.kink[i] != 0:
+                        Jd[i] = 0.0
+                nev = 0
+                if exact_ls == 1:
+                    alpha, nev = _linesearch_sweep(pb, wk, a, dvec, Jd, lam, mu_lo, mu_hi, ls)
+                    events_total += nev
+                    ls_evals += 1
+                else:
+                    alpha, ne_ = _linesearch_1d(pb, a, dvec, Jd, dphi0, lam, mu_lo, mu_hi)
+                    ls_evals += ne_
+                    if alpha * math.sqrt(_dot(dvec, dvec)) <= 1e-12 * (1.0 + math.sqrt(_dot(a, a))) \
+                            and not probed:
+                        # blocked by a kink (e.g. an elliptic zone boundary): rebuild the Newton
+                        # step with the states the direction moves into, once
+                        probed = True
+                        _probe_states(pb, wk, a, dvec, Jd)
+                        continue
+                if safeguard and not (alpha * math.sqrt(_dot(dvec, dvec)) <= STEP_LIMIT * ascale):
+                    status = STATUS_NUMERICAL_ERROR  # a non-finite or absurd step: restart
+                    done = True
+                    break
+                iters += 1
+                phi_old = phi
+                if alpha > 0.0:
+                    for k in range(nv):
+                        a[k] += alpha * dvec[k]
+                    phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
+                row = iters - 1
+                if row < log.shape[0]:
+                    nact = 0
+                    for i in range(nefc):
+                        if wk.state[i] != STATE_SATISFIED:
+                            nact += 1
+                    log[row, LOG_OBJECTIVE] = phi + c0
+                    log[row, LOG_GRAD] = math.sqrt(_dot(wk.grad, wk.grad))
+                    log[row, LOG_STEP] = alpha * math.sqrt(_dot(dvec, dvec))
+                    log[row, LOG_ALPHA] = alpha
+                    log[row, LOG_EVENTS] = nev
+                    log[row, LOG_NACTIVE] = nact
+                    log[row, LOG_FACTORED] = factored
+                    log[row, LOG_OUTER] = duals
+                if not alpha > 0.0:
+                    if just_released:
+                        gnorm = kink_gnorm  # the released side does not descend either: kink minimum
+                    else:
+                        stalled = True
+                    break
+                just_released = False
+                probed = False
+                if not (np.isfinite(phi) and np.all(np.isfinite(wk.grad))):
                     status = STATUS_NUMERICAL_ERROR
                     done = True
                     break
-                nfact += 1
-                factored = 1
-                have_factor = True
-                _save_pattern(wk, fact_state, fact_bact)
-            nk = wk.nk[0]
-            if nk == 0:
-                gnorm = math.sqrt(_dot(wk.grad, wk.grad))
-                if gnorm <= tol_grad or (same and exact):
-                    break
-                if kkt_first:
-                    # first step of the solve: update the multipliers together with it (KKT
-                    # step of the current piece) when the constraints are violated
-                    kkt_first = False
-                    fe, fb = _feasibility(pb, wk)
-                    if (fe > tol_feas or fb > tol_feas) and duals < max_dual and \
-                            _dual_newton(pb, wk, _pinned(wk), lam, mu_lo, mu_hi, True):
-                        duals += 1
-                        phi = _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell)
-                        continue
-                for k in range(nv):
-                    dvec[k] = -wk.grad[k]
-                chol_solve(wk.LH, dvec, dvec)
-                if math.sqrt(_dot(dvec, dvec)) <= 1e-14 * (1.0 + math.sqrt(_dot(a, a))):
-                    break  # roundoff floor
-            else:
-                kidx = _pinned(wk)
-                nu = np.empty(nk)
-                gnorm = _face_step(pb, wk, kidx, dvec, nu)
-                tiny = math.sqrt(_dot(dvec, dvec)) <= 1e-14 * (1.0 + math.sqrt(_dot(a, a)))
-                if gnorm <= tol_grad or (same and exact) or tiny:
-                    if releases > nefc or \
-                            not _release(pb, wk, kidx, nu, max(tol_grad, 10.0 * gnorm)):
-                        break  # no side of any pinned row descends: a kink local minimum
-                    releases += 1
-                    kink_gnorm = gnorm
-                    just_released = True
-                    exact = False
-                    phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
-                    continue
-            if iters >= max_iter:
-                status = STATUS_MAX_ITERATIONS
-                done = True
-                break
-            dphi0 = _dot(wk.grad, dvec)
-            if not dphi0 < 0.0:
-                stalled = True
-                break
-            _matvec(J, dvec, Jd)
-            for i in range(nefc):
-                prev_kink[i] = wk.kink[i]
-                if wk.kink[i] != 0:
-                    Jd[i] = 0.0
-            nev = 0
-            if exact_ls == 1:
-                alpha, nev = _linesearch_sweep(pb, wk, a, dvec, Jd, lam, mu_lo, mu_hi, ls)
-                events_total += nev
-                ls_evals += 1
-            else:
-                alpha, ne_ = _linesearch_1d(pb, a, dvec, Jd, dphi0, lam, mu_lo, mu_hi)
-                ls_evals += ne_
-                if alpha * math.sqrt(_dot(dvec, dvec)) <= 1e-12 * (1.0 + math.sqrt(_dot(a, a))) \
-                        and not probed:
-                    # blocked by a kink (e.g. an elliptic zone boundary): rebuild the Newton
-                    # step with the states the direction moves into, once
-                    probed = True
-                    _probe_states(pb, wk, a, dvec, Jd)
-                    continue
-            iters += 1
-            phi_old = phi
-            if alpha > 0.0:
-                for k in range(nv):
-                    a[k] += alpha * dvec[k]
-                phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
-            row = iters - 1
-            if row < log.shape[0]:
-                nact = 0
-                for i in range(nefc):
-                    if wk.state[i] != STATE_SATISFIED:
-                        nact += 1
-                log[row, LOG_OBJECTIVE] = phi + c0
-                log[row, LOG_GRAD] = math.sqrt(_dot(wk.grad, wk.grad))
-                log[row, LOG_STEP] = alpha * math.sqrt(_dot(dvec, dvec))
-                log[row, LOG_ALPHA] = alpha
-                log[row, LOG_EVENTS] = nev
-                log[row, LOG_NACTIVE] = nact
-                log[row, LOG_FACTORED] = factored
-                log[row, LOG_OUTER] = duals
-            if not alpha > 0.0:
-                if just_released:
-                    gnorm = kink_gnorm  # the released side does not descend either: kink minimum
-                else:
+                exact = exact_ls == 1 and alpha == 1.0 and nev == 0
+                if (not exact) and phi >= phi_old and \
+                        alpha * math.sqrt(_dot(dvec, dvec)) <= 1e-13 * (1.0 + math.sqrt(_dot(a, a))):
                     stalled = True
-                break
-            just_released = False
-            probed = False
-            if not (np.isfinite(phi) and np.all(np.isfinite(wk.grad))):
-                status = STATUS_NUMERICAL_ERROR
-                done = True
-                break
-            exact = exact_ls == 1 and alpha == 1.0 and nev == 0
-            if (not exact) and phi >= phi_old and \
-                    alpha * math.sqrt(_dot(dvec, dvec)) <= 1e-13 * (1.0 + math.sqrt(_dot(a, a))):
-                stalled = True
-                break
-        if done:
-            break
-        fe, fb = _feasibility(pb, wk)
-        if fe <= tol_feas and fb <= tol_feas:
-            if stalled and gnorm > tol_grad:
-                status = STATUS_STALLED
-            break
-        if stalled:
-            stall_rounds += 1
-            if stall_rounds >= 2:
-                status = STATUS_STALLED  # multiplier updates cannot help a stuck inner solve
-                break
-        if duals >= max_dual:
-            status = STATUS_MAX_DUAL_UPDATES
-            break
-        # ---- multiplier update
-        updated = False
-        if newton_dual == 1:
-            if not _same_pattern(wk, fact_state, fact_bact, have_factor):
-                if not _build_hessian(pb, wk):
-                    status = STATUS_NUMERICAL_ERROR
                     break
-                nfact += 1
-                have_factor = True
-                _save_pattern(wk, fact_state, fact_bact)
-            updated = _dual_newton(pb, wk, _pinned(wk), lam, mu_lo, mu_hi, False)
-        if not updated:
-            for e in range(nz):
-                lam[e] += rho_e[e] * wk.h[e]
-            for j in range(nb):
-                if np.isfinite(hi[j]):
-                    mu_hi[j] = max(0.0, mu_hi[j] + rho_b[j] * (wk.w[j] - hi[j]))
-                if np.isfinite(lo[j]):
-                    mu_lo[j] = max(0.0, mu_lo[j] + rho_b[j] * (lo[j] - wk.w[j]))
-        duals += 1
-        phi = _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell)
+            if done:
+                break
+            fe, fb = _feasibility(pb, wk)
+            if fe <= tol_feas and fb <= tol_feas:
+                if stalled and gnorm > tol_grad:
+                    status = STATUS_STALLED
+                break
+            if stalled:
+                stall_rounds += 1
+                if stall_rounds >= 2:
+                    status = STATUS_STALLED  # multiplier updates cannot help a stuck inner solve
+                    break
+            if duals >= max_dual:
+                status = STATUS_MAX_DUAL_UPDATES
+                break
+            # ---- multiplier update
+            updated = False
+            if newton_dual == 1:
+                if not _same_pattern(wk, fact_state, fact_bact, have_factor):
+                    if not _build_hessian(pb, wk):
+                        status = STATUS_NUMERICAL_ERROR
+                        break
+                    nfact += 1
+                    have_factor = True
+                    _save_pattern(wk, fact_state, fact_bact)
+                updated = _dual_newton(pb, wk, _pinned(wk), lam, mu_lo, mu_hi, False)
+            if not updated:
+                for e in range(nz):
+                    lam[e] += rho_e[e] * wk.h[e]
+                for j in range(nb):
+                    if np.isfinite(hi[j]):
+                        mu_hi[j] = max(0.0, mu_hi[j] + rho_b[j] * (wk.w[j] - hi[j]))
+                    if np.isfinite(lo[j]):
+                        mu_lo[j] = max(0.0, mu_lo[j] + rho_b[j] * (lo[j] - wk.w[j]))
+            duals += 1
+            phi = _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell)
+
+        if status != STATUS_NUMERICAL_ERROR:
+            an = math.sqrt(_dot(a, a))
+            if safeguard and not an <= RESULT_LIMIT * ascale:
+                status = STATUS_NUMERICAL_ERROR
+        if not safeguard or status == STATUS_CONVERGED:
+            break
+        if status != STATUS_NUMERICAL_ERROR and cold:
+            break  # a genuine non-convergence from the neutral start: report it
 
     fe, fb = _feasibility(pb, wk)
     for k in range(nv):
@@ -2056,3 +2145,414 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     stats[ST_EVENTS] = events_total
     stats[ST_LS_EVALS] = ls_evals
     stats[ST_CLAMPED] = clamped
+    stats[ST_SAFEGUARD] = nsafe
+
+
+# ---------------------------------------------------------------- one compiled step (fast path)
+#
+# gdd_fast builds the problem (dense M, c) and the built-in cost terms straight from
+# MuJoCo's arrays — the Jacobians from cdof / cdof_dot / cvel, as mj_jac, mj_jacDot and
+# mj_jacSubtreeCom compute them — and then runs gdd_solve, all in one compiled call.
+
+# header of the static int array ``si`` (model structure and cost plan)
+SI_NBODY = 0
+SI_NJNT = 1
+SI_NTERM = 2
+SI_PARENT = 3  # offsets of: body_parentid
+SI_ROOT = 4  # body_rootid
+SI_DOFADR = 5  # body_dofadr
+SI_DOFNUM = 6  # body_dofnum
+SI_DOFPARENT = 7  # dof_parentid
+SI_MROWNNZ = 8  # M_rownnz
+SI_MROWADR = 9  # M_rowadr
+SI_MCOLIND = 10  # M_colind
+SI_JTYPE = 11  # jnt_type
+SI_JQPOS = 12  # jnt_qposadr
+SI_JDOF = 13  # jnt_dofadr
+SI_TERMS = 14  # the term table (nterm, TERM_NCOL)
+SI_XFRC = 15  # 1: check xfrc_applied
+SI_NHEAD = 16
+
+# columns of the term table
+TC_CODE = 0
+TC_SLOT = 1  # index among the mass terms / diagonal terms / residual rows (first row)
+TC_BODY = 2
+TC_SITE = 3  # site id, or -1 (body frame origin)
+TC_LIST = 4  # offset in si of the subtree body list (centre of mass)
+TC_COUNT = 5  # its length
+TC_PW = 6  # tparams index of the term's weight array [w_eff, ...]
+TC_PT = 7  # tparams index of the target array
+TC_PX = 8  # tparams index of a third array (masses of the subtree list / kd gains)
+TERM_NCOL = 9
+
+# term codes
+TERM_FRAME = 1  # end effector: 3 rows at a site / body origin with a spring target
+TERM_COM = 2  # centre of mass of a subtree: 3 rows with a spring target
+TERM_DAMPING = 3  # mass metric, target −βv  (weight array: [w, β])
+TERM_MASS_FIXED = 4  # mass metric, fixed target (nv,)
+TERM_MASS_PD = 5  # mass metric, PD target kp⊙(qref ⊖ q) − kd⊙v
+TERM_DIAG_FIXED = 6  # diagonal metric (mask), fixed target
+TERM_DIAG_PD = 7  # diagonal metric (mask), PD target
+
+# spring target array layout: goal (3), k, b, cap (0: none), axis mask (3), offset a0 (3)
+SPRING_LEN = 12
+
+# offsets of MuJoCo's fixed-size arrays in the data span (``doff``)
+DO_M = 0
+DO_QPOS = 1
+DO_QVEL = 2
+DO_BIAS = 3
+DO_PASSIVE = 4
+DO_APPLIED = 5
+DO_XFRC = 6
+DO_CDOF = 7
+DO_CDOFDOT = 8
+DO_CVEL = 9
+DO_SUBCOM = 10
+DO_XIPOS = 11
+DO_XPOS = 12
+DO_SITEXPOS = 13
+DO_N = 14
+
+_CHAIN_NONE = -1
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _chain_body(si, b):
+    """First body from ``b`` toward the root that has dofs (0: welded to the world)."""
+    par = si[SI_PARENT]
+    num = si[SI_DOFNUM]
+    while b > 0 and si[num + b] == 0:
+        b = si[par + b]
+    return b
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _add_point_jac(si, span, doff, b, p0, p1, p2, scale, Jr, r0):
+    """``Jr[r0:r0+3] += scale · J_p(point, body b)`` (mj_jac's translational part from cdof)."""
+    b = _chain_body(si, b)
+    if b == 0:
+        return
+    root = si[si[SI_ROOT] + b]
+    oc = doff[DO_SUBCOM] + 3 * root
+    x0 = p0 - span[oc]
+    x1 = p1 - span[oc + 1]
+    x2 = p2 - span[oc + 2]
+    i = si[si[SI_DOFADR] + b] + si[si[SI_DOFNUM] + b] - 1
+    dp = si[SI_DOFPARENT]
+    cd = doff[DO_CDOF]
+    while i >= 0:
+        o = cd + 6 * i
+        w0 = span[o]
+        w1 = span[o + 1]
+        w2 = span[o + 2]
+        Jr[r0, i] += scale * (span[o + 3] + w1 * x2 - w2 * x1)
+        Jr[r0 + 1, i] += scale * (span[o + 4] + w2 * x0 - w0 * x2)
+        Jr[r0 + 2, i] += scale * (span[o + 5] + w0 * x1 - w1 * x0)
+        i = si[dp + i]
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _add_point_bias(si, span, doff, b, p0, p1, p2, scale, out, o0):
+    """``out[o0:o0+3] += scale · J̇_p v`` at a point of body b (acceleration at a = 0), from
+    cdof_dot and cvel: ``a_lin + α × r + ω × (v_lin + ω × r)`` with ``r`` from the subtree com."""
+    bc = _chain_body(si, b)
+    if bc == 0:
+        return
+    root = si[si[SI_ROOT] + bc]
+    oc = doff[DO_SUBCOM] + 3 * root
+    r0 = p0 - span[oc]
+    r1 = p1 - span[oc + 1]
+    r2 = p2 - span[oc + 2]
+    acc0 = 0.0
+    acc1 = 0.0
+    acc2 = 0.0
+    acc3 = 0.0
+    acc4 = 0.0
+    acc5 = 0.0
+    i = si[si[SI_DOFADR] + bc] + si[si[SI_DOFNUM] + bc] - 1
+    dp = si[SI_DOFPARENT]
+    cd = doff[DO_CDOFDOT]
+    qv = doff[DO_QVEL]
+    while i >= 0:
+        vi = span[qv + i]
+        o = cd + 6 * i
+        acc0 += span[o] * vi
+        acc1 += span[o + 1] * vi
+        acc2 += span[o + 2] * vi
+        acc3 += span[o + 3] * vi
+        acc4 += span[o + 4] * vi
+        acc5 += span[o + 5] * vi
+        i = si[dp + i]
+    ov = doff[DO_CVEL] + 6 * b
+    w0 = span[ov]
+    w1 = span[ov + 1]
+    w2 = span[ov + 2]
+    v0 = span[ov + 3] + w1 * r2 - w2 * r1
+    v1 = span[ov + 4] + w2 * r0 - w0 * r2
+    v2 = span[ov + 5] + w0 * r1 - w1 * r0
+    out[o0] += scale * (acc3 + acc1 * r2 - acc2 * r1 + w1 * v2 - w2 * v1)
+    out[o0 + 1] += scale * (acc4 + acc2 * r0 - acc0 * r2 + w2 * v0 - w0 * v2)
+    out[o0 + 2] += scale * (acc5 + acc0 * r1 - acc1 * r0 + w0 * v1 - w1 * v0)
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _add_body_ft(si, span, doff, b, f, fo, c):
+    """``c −= J_p(xipos_b)ᵀ force + J_r(b)ᵀ torque`` for ``f[fo:fo+6] = (force, torque)`` (mj_applyFT)."""
+    bc = _chain_body(si, b)
+    if bc == 0:
+        return
+    root = si[si[SI_ROOT] + bc]
+    oc = doff[DO_SUBCOM] + 3 * root
+    ox = doff[DO_XIPOS] + 3 * b
+    x0 = span[ox] - span[oc]
+    x1 = span[ox + 1] - span[oc + 1]
+    x2 = span[ox + 2] - span[oc + 2]
+    i = si[si[SI_DOFADR] + bc] + si[si[SI_DOFNUM] + bc] - 1
+    dp = si[SI_DOFPARENT]
+    cd = doff[DO_CDOF]
+    while i >= 0:
+        o = cd + 6 * i
+        w0 = span[o]
+        w1 = span[o + 1]
+        w2 = span[o + 2]
+        jp0 = span[o + 3] + w1 * x2 - w2 * x1
+        jp1 = span[o + 4] + w2 * x0 - w0 * x2
+        jp2 = span[o + 5] + w0 * x1 - w1 * x0
+        c[i] -= (jp0 * f[fo] + jp1 * f[fo + 1] + jp2 * f[fo + 2]
+                 + w0 * f[fo + 3] + w1 * f[fo + 4] + w2 * f[fo + 5])
+        i = si[dp + i]
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def sub_quat(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, out, o):
+    """``out[o:o+3]``: rotation vector ``res`` with ``qb · quat(res) = qa`` (mju_subQuat)."""
+    # qdif = conj(qb) * qa
+    w = qb0 * qa0 + qb1 * qa1 + qb2 * qa2 + qb3 * qa3
+    x = qb0 * qa1 - qb1 * qa0 - qb2 * qa3 + qb3 * qa2
+    y = qb0 * qa2 + qb1 * qa3 - qb2 * qa0 - qb3 * qa1
+    z = qb0 * qa3 - qb1 * qa2 + qb2 * qa1 - qb3 * qa0
+    s = math.sqrt(x * x + y * y + z * z)
+    if s < 1e-15:
+        out[o] = 0.0
+        out[o + 1] = 0.0
+        out[o + 2] = 0.0
+        return
+    speed = 2.0 * math.atan2(s, w)
+    if speed > math.pi:
+        speed -= 2.0 * math.pi
+    out[o] = x / s * speed
+    out[o + 1] = y / s * speed
+    out[o + 2] = z / s * speed
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def differentiate_pos(si, qpos, qo, qref, out):
+    """``out (nv,) = qref ⊖ qpos`` (mj_differentiatePos with dt = 1); ``qpos[qo:]`` is read."""
+    nj = si[SI_NJNT]
+    jt = si[SI_JTYPE]
+    jq = si[SI_JQPOS]
+    jd = si[SI_JDOF]
+    for j in range(nj):
+        t = si[jt + j]
+        pa = si[jq + j]
+        va = si[jd + j]
+        if t == 0:  # free
+            for k in range(3):
+                out[va + k] = qref[pa + k] - qpos[qo + pa + k]
+            pa += 3
+            va += 3
+        if t <= 1:  # free (rotation) or ball
+            sub_quat(qref[pa], qref[pa + 1], qref[pa + 2], qref[pa + 3],
+                     qpos[qo + pa], qpos[qo + pa + 1], qpos[qo + pa + 2], qpos[qo + pa + 3], out, va)
+        else:
+            out[va] = qref[pa] - qpos[qo + pa]
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _spring_rows(tp, vel0, vel1, vel2, p0, p1, p2, e, r0):
+    """``e[r0:r0+3] −= a*`` for a spring target array ``tp`` (layout: SPRING_LEN) at position p."""
+    k = tp[3]
+    b = tp[4]
+    cap = tp[5]
+    l0 = k * tp[6] * (tp[0] - p0) - b * vel0
+    l1 = k * tp[7] * (tp[1] - p1) - b * vel1
+    l2 = k * tp[8] * (tp[2] - p2) - b * vel2
+    if cap > 0.0:
+        n = math.sqrt(l0 * l0 + l1 * l1 + l2 * l2)
+        if n > cap:
+            sc = cap / n
+            l0 *= sc
+            l1 *= sc
+            l2 *= sc
+    e[r0] -= l0 + tp[9]
+    e[r0 + 1] -= l1 + tp[10]
+    e[r0 + 2] -= l2 + tp[11]
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
+    """Dense inertia ``M``, force ``c`` and the packed cost (``CostArrays.buffer`` layout, sizes
+    ``dims = (km, kd, m1, m2)``) of the built-in terms, from MuJoCo's arrays in ``span``.
+
+    ``c = qfrc_bias − qfrc_passive − qfrc_applied − Σ_b J_bᵀ xfrc_b``; the frame terms use
+    Jacobians from ``cdof`` (as ``mj_jac``), the bias ``J̇v`` from ``cdof_dot``/``cvel`` and the
+    subtree centre of mass Jacobian ``Σ m_b J(xipos_b) / m`` (as ``mj_jacSubtreeCom``).
+    ``dq (nv,)``: scratch.
+    """
+    nv = M.shape[0]
+    # inertia (lower-triangular CSR rows of d.M)
+    om = doff[DO_M]
+    rn = si[SI_MROWNNZ]
+    ra = si[SI_MROWADR]
+    ci = si[SI_MCOLIND]
+    for i in range(nv):
+        for k in range(nv):
+            M[i, k] = 0.0
+    for i in range(nv):
+        adr = si[ra + i]
+        for p in range(si[rn + i]):
+            j = si[ci + adr + p]
+            v = span[om + adr + p]
+            M[i, j] = v
+            M[j, i] = v
+    ob = doff[DO_BIAS]
+    op = doff[DO_PASSIVE]
+    oa = doff[DO_APPLIED]
+    for i in range(nv):
+        c[i] = span[ob + i] - span[op + i] - span[oa + i]
+    if si[SI_XFRC] != 0:
+        ox = doff[DO_XFRC]
+        for b in range(1, si[SI_NBODY]):
+            nz = False
+            for k in range(6):
+                if span[ox + 6 * b + k] != 0.0:
+                    nz = True
+            if nz:
+                _add_body_ft(si, span, doff, b, span, ox + 6 * b, c)
+    km = dims[0]
+    kd = dims[1]
+    m1 = dims[2]
+    o = 0
+    mass_w, o = _take(costbuf, o, km)
+    mass_t, o = _take2(costbuf, o, km, nv)
+    diag_w, o = _take(costbuf, o, kd)
+    diag_m, o = _take2(costbuf, o, kd, nv)
+    diag_t, o = _take2(costbuf, o, kd, nv)
+    Ka1, o = _take2(costbuf, o, m1, nv)
+    e1, o = _take(costbuf, o, m1)
+    wa, o = _take(costbuf, o, m1)
+    qv = doff[DO_QVEL]
+    to = si[SI_TERMS]
+    for t in range(si[SI_NTERM]):
+        row = to + TERM_NCOL * t
+        code = si[row + TC_CODE]
+        slot = si[row + TC_SLOT]
+        pw = tparams[si[row + TC_PW]]
+        w = pw[0]
+        if code == TERM_FRAME or code == TERM_COM:
+            for r in range(3):
+                wa[slot + r] = w
+            if w == 0.0:
+                continue
+            for r in range(3):
+                e1[slot + r] = 0.0
+                for k in range(nv):
+                    Ka1[slot + r, k] = 0.0
+            if code == TERM_FRAME:
+                b = si[row + TC_BODY]
+                s = si[row + TC_SITE]
+                if s >= 0:
+                    opx = doff[DO_SITEXPOS] + 3 * s
+                else:
+                    opx = doff[DO_XPOS] + 3 * b
+                p0 = span[opx]
+                p1 = span[opx + 1]
+                p2 = span[opx + 2]
+                _add_point_jac(si, span, doff, b, p0, p1, p2, 1.0, Ka1, slot)
+                _add_point_bias(si, span, doff, b, p0, p1, p2, 1.0, e1, slot)
+            else:
+                lo_ = si[row + TC_LIST]
+                cnt = si[row + TC_COUNT]
+                mass = tparams[si[row + TC_PX]]
+                for q_ in range(cnt):
+                    bb = si[lo_ + q_]
+                    ox_ = doff[DO_XIPOS] + 3 * bb
+                    x0 = span[ox_]
+                    x1 = span[ox_ + 1]
+                    x2 = span[ox_ + 2]
+                    _add_point_jac(si, span, doff, bb, x0, x1, x2, mass[q_], Ka1, slot)
+                    _add_point_bias(si, span, doff, bb, x0, x1, x2, mass[q_], e1, slot)
+                osc = doff[DO_SUBCOM] + 3 * si[row + TC_BODY]
+                p0 = span[osc]
+                p1 = span[osc + 1]
+                p2 = span[osc + 2]
+            vel0 = 0.0
+            vel1 = 0.0
+            vel2 = 0.0
+            for k in range(nv):
+                vk = span[qv + k]
+                vel0 += Ka1[slot, k] * vk
+                vel1 += Ka1[slot + 1, k] * vk
+                vel2 += Ka1[slot + 2, k] * vk
+            _spring_rows(tparams[si[row + TC_PT]], vel0, vel1, vel2, p0, p1, p2, e1, slot)
+        elif code == TERM_DAMPING:
+            mass_w[slot] = w
+            beta = pw[1]
+            for k in range(nv):
+                mass_t[slot, k] = -beta * span[qv + k]
+        elif code == TERM_MASS_FIXED or code == TERM_DIAG_FIXED:
+            tgt = tparams[si[row + TC_PT]]
+            if code == TERM_MASS_FIXED:
+                mass_w[slot] = w
+                for k in range(nv):
+                    mass_t[slot, k] = tgt[k]
+            else:
+                diag_w[slot] = w
+                for k in range(nv):
+                    diag_t[slot, k] = tgt[k]
+                    diag_m[slot, k] = tgt[nv + k]
+        else:  # PD targets: tparams[PT] = [kp (nv), kd (nv), qref (nq)], PX = mask (diag)
+            tp = tparams[si[row + TC_PT]]
+            if w != 0.0:
+                differentiate_pos(si, span, doff[DO_QPOS], tp[2 * nv:], dq)
+            else:
+                for k in range(nv):
+                    dq[k] = 0.0
+            if code == TERM_MASS_PD:
+                mass_w[slot] = w
+                for k in range(nv):
+                    mass_t[slot, k] = tp[k] * dq[k] - tp[nv + k] * span[qv + k]
+            else:
+                diag_w[slot] = w
+                mask = tparams[si[row + TC_PX]]
+                for k in range(nv):
+                    diag_t[slot, k] = tp[k] * dq[k] - tp[nv + k] * span[qv + k]
+                    diag_m[slot, k] = mask[k]
+
+
+@njit(cache=True, error_model="numpy")
+def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
+             actbuf, scales, costbuf, Kf2,
+             a, lam, mu_lo, mu_hi, params, iparams,
+             out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi):
+    """:func:`fill_problem` then :func:`gdd_solve` (pyramidal cones, dense ``efc_J`` ``J1``
+    of ``nefc·nv``); the arguments after ``costbuf`` are those of :func:`gdd_solve`.
+    ``M (nv, nv)``, ``c, dq (nv,)`` are filled here (kept for diagnostics)."""
+    nv = M.shape[0]
+    nefc = aref.shape[0]
+    dims = np.empty(4, dtype=np.int64)
+    dims[0] = iparams[IPAR_KM]
+    dims[1] = iparams[IPAR_KD]
+    dims[2] = iparams[IPAR_M1]
+    dims[3] = iparams[IPAR_M2]
+    fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq)
+    J = J1[:nefc * nv].reshape((nefc, nv))
+    gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_type, _EMPTY_I32, _EMPTY_F1, _EMPTY_F5,
+              _EMPTY_I32, actbuf, scales, costbuf, Kf2, a, lam, mu_lo, mu_hi, params, iparams,
+              out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi)
+
+
+_EMPTY_I32 = np.zeros(0, dtype=np.int32)
+_EMPTY_F1 = np.zeros(0)
+_EMPTY_F5 = np.zeros((0, 5))

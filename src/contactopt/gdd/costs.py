@@ -48,6 +48,28 @@ from .problem import GDDProblem
 
 _ENTRIES: dict = {}
 
+#: bumped whenever a term's structure changes (a new target object, fixed ↔ policy):
+#: the solver's compiled plan of a cost is rebuilt then
+_STRUCTURE = [0]
+
+
+def _bump_structure() -> None:
+    _STRUCTURE[0] += 1
+
+
+class _TargetAttr:
+    """Descriptor for a frame term's ``target``: validated and converted by :func:`_as_target`;
+    replacing it bumps the structure version."""
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return obj._target
+
+    def __set__(self, obj, value):
+        obj._target = _as_target(value)
+        _bump_structure()
+
 
 def _fast(site, fn, *args):
     """Call the numba kernel ``fn`` through its compiled entry point.
@@ -82,6 +104,7 @@ __all__ = [
     "CenterOfPressure",
     "ContactForce",
     "AccelerationTarget",
+    "PostureTarget",
 ]
 
 
@@ -290,7 +313,8 @@ class FrameState(NamedTuple):
 class SpringDamper:
     """Desired acceleration of a virtual spring-damper toward a spatial goal.
 
-    ``a* = k (x_goal − x) − b ẋ`` (3 rows); with an orientation goal also
+    ``a* = k S (x_goal − x) − b ẋ`` (3 rows; ``S = diag(axes)`` selects the axes the
+    spring acts on, default all three); with an orientation goal also
     ``α* = k_r · log(q_goal q⁻¹) − b_r ω`` (rotation vector in the world frame),
     making 6 rows ``(linear, angular)``.  The linear part can be capped to
     ``max_acceleration`` (norm), which keeps far goals from asking for huge accelerations.
@@ -301,15 +325,23 @@ class SpringDamper:
       orientation: optional ``(4,)`` goal quaternion (w, x, y, z).
       rot_stiffness, rot_damping: orientation gains (default: same as the linear ones).
       max_acceleration: optional cap in m/s² on the norm of the linear part.
+      axes: ``(3,)`` 0/1 weights of the spring per world axis (default ``(1, 1, 1)``;
+        e.g. ``(1, 1, 0)``: a horizontal spring with damping on all three axes).
+
+    The linear gains and the goal live in one array the compiled solver reads
+    directly (``position`` is a view of it; assign to it or write into it in place).
     """
 
     def __init__(self, position, *, stiffness: float = 100.0, damping: float | None = None,
                  orientation=None, rot_stiffness: float | None = None,
-                 rot_damping: float | None = None, max_acceleration: float | None = None):
-        self.position = as_array("position", position, (3,)).copy()
-        self.stiffness = check_positive("stiffness", stiffness)
-        self.damping = (2.0 * math.sqrt(self.stiffness) if damping is None
-                        else check_nonnegative("damping", damping))
+                 rot_damping: float | None = None, max_acceleration: float | None = None,
+                 axes=None):
+        # layout: goal (3), k, b, cap (0: none), axes (3), offset (3) — _kernels.SPRING_LEN
+        self._kbuf = np.zeros(K.SPRING_LEN)
+        self._kbuf[6:9] = 1.0
+        self.position = as_array("position", position, (3,))
+        self.stiffness = stiffness
+        self.damping = (2.0 * math.sqrt(self.stiffness) if damping is None else damping)
         if orientation is not None:
             q = as_array("orientation", orientation, (4,)).copy()
             n = np.linalg.norm(q)
@@ -321,22 +353,59 @@ class SpringDamper:
                               else check_positive("rot_stiffness", rot_stiffness))
         self.rot_damping = (2.0 * math.sqrt(self.rot_stiffness) if rot_damping is None
                             else check_nonnegative("rot_damping", rot_damping))
-        self.max_acceleration = (None if max_acceleration is None
-                                 else check_positive("max_acceleration", max_acceleration))
+        self.max_acceleration = max_acceleration
+        if axes is not None:
+            ax = as_array("axes", axes, (3,))
+            if np.any((ax != 0.0) & (ax != 1.0)):
+                raise ParameterError(f"axes must hold 0 or 1 per axis, got {ax.tolist()}")
+            self._kbuf[6:9] = ax
+        self._all_axes = bool(np.all(self._kbuf[6:9] == 1.0))
 
     @property
     def position(self) -> np.ndarray:
-        """``(3,)`` goal position, m (assignable; validated)."""
-        return self._position
+        """``(3,)`` goal position, m (assignable, validated; a view the solver reads)."""
+        return self._kbuf[0:3]
 
     @position.setter
     def position(self, value) -> None:
-        self._position = np.ascontiguousarray(as_array("position", value, (3,)), dtype=float).copy()
+        self._kbuf[0:3] = as_array("position", value, (3,))
+
+    @property
+    def stiffness(self) -> float:
+        """k, 1/s² (> 0)."""
+        return float(self._kbuf[3])
+
+    @stiffness.setter
+    def stiffness(self, value) -> None:
+        self._kbuf[3] = check_positive("stiffness", value)
+
+    @property
+    def damping(self) -> float:
+        """b, 1/s (≥ 0)."""
+        return float(self._kbuf[4])
+
+    @damping.setter
+    def damping(self, value) -> None:
+        self._kbuf[4] = check_nonnegative("damping", value)
+
+    @property
+    def max_acceleration(self) -> float | None:
+        """Cap on the norm of the linear part, m/s² (None: no cap)."""
+        cap = float(self._kbuf[5])
+        return None if cap == 0.0 else cap
+
+    @max_acceleration.setter
+    def max_acceleration(self, value) -> None:
+        self._kbuf[5] = 0.0 if value is None else check_positive("max_acceleration", value)
+
+    @property
+    def axes(self) -> np.ndarray:
+        """``(3,)`` axes the spring acts on (copy)."""
+        return self._kbuf[6:9].copy()
 
     def _kernel_gains(self):
         """``(k, b, cap or 0)`` for :func:`_kernels.spring_residual` (current attributes)."""
-        cap = self.max_acceleration
-        return float(self.stiffness), float(self.damping), 0.0 if cap is None else float(cap)
+        return float(self._kbuf[3]), float(self._kbuf[4]), float(self._kbuf[5])
 
     @property
     def dim(self) -> int:
@@ -345,11 +414,13 @@ class SpringDamper:
 
     def __call__(self, frame: FrameState) -> np.ndarray:
         """Desired ``(3,)`` or ``(6,)`` acceleration for the frame's current state."""
-        lin = self.stiffness * (self.position - frame.pos) - self.damping * frame.vel
-        if self.max_acceleration is not None:
+        kb = self._kbuf
+        lin = kb[3] * kb[6:9] * (kb[0:3] - frame.pos) - kb[4] * np.asarray(frame.vel, dtype=float)
+        cap = kb[5]
+        if cap > 0:
             n = math.sqrt(lin.dot(lin))
-            if n > self.max_acceleration:
-                lin *= self.max_acceleration / n
+            if n > cap:
+                lin *= cap / n
         if self.orientation is None:
             return lin
         err = np.empty(3)
@@ -419,6 +490,10 @@ class _FixedTarget:
             raise ParameterError(f"target acceleration must have shape (3,) or (6,), got {value.shape}")
         self.value = value.copy()
         self.dim = value.size
+        # spring layout (_kernels.SPRING_LEN) with k = b = 0 and the value as offset
+        self._kbuf = np.zeros(K.SPRING_LEN)
+        if self.dim == 3:
+            self._kbuf[9:12] = self.value
 
     def __call__(self, frame: FrameState) -> np.ndarray:
         return self.value
@@ -457,17 +532,39 @@ class CostTerm(abc.ABC):
     rows: int = 0
 
     def __init__(self, weight: float = 1.0, *, name: str | None = None):
+        # [effective weight (0 when inactive), term parameter]: read by the compiled solver
+        self._kw = np.zeros(2)
+        self._active = True
         self.weight = weight
-        self.active = True
         self.name = name or type(self).__name__
 
     @property
     def weight(self) -> float:
+        """Non-negative multiplier w of the term."""
         return self._weight
 
     @weight.setter
     def weight(self, value: float) -> None:
         self._weight = check_nonnegative("weight", value)
+        self._kw[0] = self._weight if self._active else 0.0
+
+    @property
+    def active(self) -> bool:
+        """Whether the term contributes (a disabled term has effective weight 0)."""
+        return self._active
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        self._active = bool(value)
+        self._kw[0] = self._weight if self._active else 0.0
+
+    def _fast_spec(self):
+        """What the compiled solver needs to evaluate this term itself (None: it cannot).
+
+        A dict with ``code`` (``_kernels.TERM_*``), ``kind`` and the term's arrays;
+        see :class:`contactopt.gdd.solver.GDDSolver` (fast path).
+        """
+        return None
 
     @abc.abstractmethod
     def fill(self, problem: GDDProblem, out: _Slot) -> None:
@@ -619,6 +716,7 @@ class EndEffectorAcceleration(CostTerm):
     """
 
     kind = "rows"
+    target = _TargetAttr()
 
     def __init__(self, model: mujoco.MjModel, *, site: str | None = None, body: str | None = None,
                  target, weight: float = 1.0, name: str | None = None):
@@ -632,7 +730,7 @@ class EndEffectorAcceleration(CostTerm):
             self.site_id = -1
             self.body_id = _object_id(model, mujoco.mjtObj.mjOBJ_BODY, body, "body")
             label = body
-        self.target = _as_target(target)
+        self.target = target
         self.rows = self.target.dim
         super().__init__(weight, name=name or f"EndEffectorAcceleration({label})")
         self._jac = np.zeros((6, model.nv))
@@ -640,6 +738,13 @@ class EndEffectorAcceleration(CostTerm):
         self._jd = self._jacdot[: self.rows]
         self._jdp = self._jacdot[:3]
         self._jdr = self._jacdot[3:6] if self.rows == 6 else None
+
+    def _fast_spec(self):
+        t = self._target
+        if self.rows != 3 or t.dim != 3 or type(t) not in (SpringDamper, _FixedTarget):
+            return None
+        return {"code": K.TERM_FRAME, "kind": "rows", "rows": 3, "body": self.body_id,
+                "site": self.site_id, "w": self._kw, "t": t._kbuf}
 
     def _jacobians(self, problem, jac):
         m, d = problem.model, problem.data
@@ -677,7 +782,7 @@ class EndEffectorAcceleration(CostTerm):
     def fill(self, problem, out):
         Ka = out.Ka
         t = self.target
-        if self.rows == 3 and type(t) is SpringDamper:
+        if self.rows == 3 and type(t) is SpringDamper and t._all_axes:
             # fast path: position goal with a spring-damper, residual computed in one kernel call
             m, d = problem.model, problem.data
             if self.site_id >= 0:
@@ -710,7 +815,19 @@ class Damping(CostTerm):
 
     def __init__(self, alpha: float = 1.0, beta: float = 10.0, *, name: str | None = None):
         super().__init__(alpha, name=name)
-        self.beta = check_nonnegative("beta", beta)
+        self.beta = beta
+
+    @property
+    def beta(self) -> float:
+        """β ≥ 0, 1/s."""
+        return float(self._kw[1])
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._kw[1] = check_nonnegative("beta", value)
+
+    def _fast_spec(self):
+        return {"code": K.TERM_DAMPING, "kind": "mass", "w": self._kw}
 
     def fill(self, problem, out):
         np.multiply(problem.qvel, -self.beta, out=out.target)
@@ -745,25 +862,117 @@ class AccelerationTarget(CostTerm):
                 raise ParameterError(f"dofs must be in [0, {self.nv}), got {idx.tolist()}")
             mask = np.zeros(self.nv)
             mask[idx] = 1.0
-        self.mask = mask
+        # [target (nv), mask (nv)]: read by the compiled solver; target and mask are views
+        self._kt = np.zeros(2 * self.nv)
+        self._kt[self.nv:] = mask
         self._policy = None
-        self.target = np.zeros(self.nv)
         if callable(target):
             self._policy = target
         elif target is not None:
             self.set_target(target)
+        _bump_structure()
         super().__init__(weight, name=name or "AccelerationTarget")
+
+    @property
+    def target(self) -> np.ndarray:
+        """``(nv,)`` the fixed target a* (a view; see :meth:`set_target`)."""
+        return self._kt[:self.nv]
+
+    @target.setter
+    def target(self, value) -> None:
+        self.set_target(value)
+
+    @property
+    def mask(self) -> np.ndarray:
+        """``(nv,)`` 0/1 dof mask of the identity metric (a view)."""
+        return self._kt[self.nv:]
+
+    @property
+    def policy(self):
+        """The callable target, or None for a fixed target."""
+        return self._policy
 
     def set_target(self, target) -> None:
         """Set a* ``(nv,)`` (validated: shape and finite)."""
-        self.target = as_array("target", target, (self.nv,)).copy()
-        self._policy = None
+        self._kt[:self.nv] = as_array("target", target, (self.nv,))
+        if self._policy is not None:
+            self._policy = None
+            _bump_structure()
+
+    def _fast_spec(self):
+        mass = self.kind == "mass"
+        if self._policy is None:
+            return {"code": K.TERM_MASS_FIXED if mass else K.TERM_DIAG_FIXED, "kind": self.kind,
+                    "w": self._kw, "t": self._kt}
+        if type(self._policy) is PostureTarget and self._policy.nv == self.nv:
+            return {"code": K.TERM_MASS_PD if mass else K.TERM_DIAG_PD, "kind": self.kind,
+                    "w": self._kw, "t": self._policy._kbuf, "x": self.mask, "model": self._policy.model}
+        return None
 
     def fill(self, problem, out):
         t = self.target if self._policy is None else self._policy(problem)
         out.target[:] = t
         if out.mask is not None:
             out.mask[:] = self.mask
+
+
+class PostureTarget:
+    """A PD acceleration target toward a reference configuration, for :class:`AccelerationTarget`.
+
+    ``a* = kp ⊙ (qref ⊖ q) − kd ⊙ v`` ``(nv,)`` (m/s², rad/s²), with ``⊖`` the
+    configuration difference of ``mj_differentiatePos`` (quaternions for free and
+    ball joints) and per-dof gains ``kp`` (1/s²) and ``kd`` (1/s).  The compiled
+    solver evaluates it itself (no Python call per step); as a callable
+    ``problem -> (nv,)`` it gives the same values.
+
+    Args:
+      model: the MuJoCo model.  qref: ``(nq,)`` reference (default ``qpos0``).
+      kp: stiffness, scalar or ``(nv,)`` (≥ 0).  kd: damping, scalar or ``(nv,)``
+        (≥ 0; default ``2√kp``, critical).
+    """
+
+    def __init__(self, model: mujoco.MjModel, qref=None, *, kp=10.0, kd=None):
+        self.model = model
+        self.nv, self.nq = model.nv, model.nq
+        # layout: kp (nv), kd (nv), qref (nq) — read by the compiled solver
+        self._kbuf = np.zeros(2 * self.nv + self.nq)
+        self.qref = model.qpos0 if qref is None else qref
+        kp_arr = np.broadcast_to(np.asarray(kp, dtype=float), (self.nv,))
+        self.set_gains(kp_arr, np.sqrt(np.maximum(kp_arr, 0.0)) * 2.0 if kd is None else kd)
+        self._dq = np.zeros(self.nv)
+
+    @property
+    def qref(self) -> np.ndarray:
+        """``(nq,)`` reference configuration (a view; assign or write in place)."""
+        return self._kbuf[2 * self.nv:]
+
+    @qref.setter
+    def qref(self, value) -> None:
+        self._kbuf[2 * self.nv:] = as_array("qref", value, (self.nq,))
+
+    @property
+    def kp(self) -> np.ndarray:
+        """``(nv,)`` stiffness per dof, 1/s² (a view)."""
+        return self._kbuf[:self.nv]
+
+    @property
+    def kd(self) -> np.ndarray:
+        """``(nv,)`` damping per dof, 1/s (a view)."""
+        return self._kbuf[self.nv:2 * self.nv]
+
+    def set_gains(self, kp=None, kd=None) -> None:
+        """Set the gains (scalars or ``(nv,)``, ≥ 0); None keeps the current ones."""
+        for name, value, sl in (("kp", kp, slice(0, self.nv)), ("kd", kd, slice(self.nv, 2 * self.nv))):
+            if value is None:
+                continue
+            arr = np.broadcast_to(np.asarray(value, dtype=float), (self.nv,))
+            if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                raise ParameterError(f"{name} must be finite and >= 0")
+            self._kbuf[sl] = arr
+
+    def __call__(self, problem) -> np.ndarray:
+        mujoco.mj_differentiatePos(self.model, self._dq, 1.0, problem.data.qpos, self.qref)
+        return self.kp * self._dq - self.kd * problem.data.qvel
 
 
 class CenterOfMassAcceleration(CostTerm):
@@ -782,11 +991,12 @@ class CenterOfMassAcceleration(CostTerm):
 
     kind = "rows"
     rows = 3
+    target = _TargetAttr()
 
     def __init__(self, model: mujoco.MjModel, *, target, weight: float = 1.0,
                  body: str | None = None, name: str | None = None):
         self.body_id = 0 if body is None else _object_id(model, mujoco.mjtObj.mjOBJ_BODY, body, "body")
-        self.target = _as_target(target)
+        self.target = target
         if self.target.dim != 3:
             raise ParameterError("CenterOfMassAcceleration takes a 3-D (position) target")
         super().__init__(weight, name=name or "CenterOfMassAcceleration")
@@ -800,6 +1010,7 @@ class CenterOfMassAcceleration(CostTerm):
         self._bodies = np.array(ids, dtype=np.int64)
         self._mass = model.body_mass[self._bodies].copy()
         self._total = float(self._mass.sum())
+        self._mass_frac = self._mass / self._total if self._total > 0 else self._mass.copy()
         if not self._total > 0:
             raise ParameterError("the chosen subtree has no mass")
         self._roots = model.body_rootid[self._bodies].astype(np.int64)
@@ -812,6 +1023,13 @@ class CenterOfMassAcceleration(CostTerm):
                 p = int(model.body_parentid[p])
         self._ancestors = anc
         self._views = None
+
+    def _fast_spec(self):
+        t = self._target
+        if t.dim != 3 or type(t) not in (SpringDamper, _FixedTarget):
+            return None
+        return {"code": K.TERM_COM, "kind": "rows", "rows": 3, "body": self.body_id,
+                "list": self._bodies, "x": self._mass_frac, "w": self._kw, "t": t._kbuf}
 
     def bias_acceleration(self, problem: GDDProblem) -> np.ndarray:
         """``J̇_c v`` ``(3,)``: the centre-of-mass acceleration at ``a = 0``.
@@ -839,7 +1057,7 @@ class CenterOfMassAcceleration(CostTerm):
         m, d = problem.model, problem.data
         mujoco.mj_jacSubtreeCom(m, d, out.Ka, self.body_id)
         t = self.target
-        if type(t) is SpringDamper:
+        if type(t) is SpringDamper and t._all_axes:
             v = self._views
             if v is None or v[0] is not d:
                 v = self._views = (d, d.cdof_dot, d.cvel, d.xipos, d.subtree_com)

@@ -51,7 +51,7 @@ from .costs import (
     CostTerm,
     Damping,
     EndEffectorAcceleration,
-    FrameState,
+    PostureTarget,
     SpringDamper,
 )
 from .solver import GDDSettings, GDDSolver, Status, gdd_step
@@ -501,23 +501,7 @@ def _resolve_frame(model, name: str) -> tuple[str, int]:
 # --------------------------------------------------------------------------- the session
 
 
-class _HorizontalSpring:
-    """Desired centre-of-mass acceleration: a spring to ``anchor`` (x, y) with vertical damping only.
-
-    ``a* = (k(x₀ − x) − b ẋ, k(y₀ − y) − b ẏ, −b ż)``, ``b = 2√k`` (m/s²).
-    """
-
-    dim = 3
-
-    def __init__(self, anchor, stiffness: float):
-        self.anchor = np.array(anchor[:2], dtype=float)
-        self.stiffness = float(stiffness)
-        self.damping = 2.0 * math.sqrt(self.stiffness)
-
-    def __call__(self, frame: FrameState) -> np.ndarray:
-        out = -self.damping * np.asarray(frame.vel, dtype=float)
-        out[:2] += self.stiffness * (self.anchor - frame.pos[:2])
-        return out
+_NO_DOFS = np.zeros(0, dtype=int)
 
 
 class ReachSession:
@@ -554,14 +538,17 @@ class ReachSession:
         self.solver = GDDSolver(model, GDDSettings(**dict(spec.solver)))
         data = self.data = mujoco.MjData(model)
         self.reset()
-        self.qref = data.qpos.copy()
-        self._dq = np.zeros(model.nv)
+        # posture: PD toward qref (a view of the target's array, written in place)
+        self.posture_target = PostureTarget(model, data.qpos, kp=spec.posture_kp)
+        self.qref = self.posture_target.qref
         # dofs of trees without actuated dofs (free objects): no posture target
         actuated, _ = _tree_info(model)
         self._passive_dofs = np.flatnonzero(~actuated[model.dof_bodyid])
         self._kd = 2.0 * math.sqrt(spec.posture_kp)
         self._chain = {frame: _chain_dofs(model, kind, i) for frame, (kind, i) in self.frames.items()}
-        self._free = np.zeros(0, dtype=int)
+        self._free = _NO_DOFS
+        self._gains_free = None
+        self._update_posture_gains()
         self.ee_terms = {}
         for frame, (kind, _) in self.frames.items():
             target = SpringDamper(np.zeros(3), stiffness=spec.ee_stiffness,
@@ -571,13 +558,15 @@ class ReachSession:
             term.active = False
             self.ee_terms[frame] = term
         terms = list(self.ee_terms.values())
-        self.posture = AccelerationTarget(model, self._posture_target, weight=spec.posture_weight,
+        self.posture = AccelerationTarget(model, self.posture_target, weight=spec.posture_weight,
                                           name="posture")
         terms.append(self.posture)
         self.com_anchor = data.subtree_com[0, :2].copy()
         self.com = None
         if spec.com_weight > 0:
-            self.com = CenterOfMassAcceleration(model, target=_HorizontalSpring(self.com_anchor, spec.com_stiffness),
+            # horizontal spring to the anchor, damping on all three axes
+            spring = SpringDamper(np.r_[self.com_anchor, 0.0], stiffness=spec.com_stiffness, axes=(1, 1, 0))
+            self.com = CenterOfMassAcceleration(model, target=spring,
                                                 weight=spec.com_weight, name="centre of mass")
             terms.append(self.com)
         self.damping = Damping(spec.damping_alpha, spec.damping_beta)
@@ -613,15 +602,23 @@ class ReachSession:
         d.qacc_warmstart[:] = 0.0
         mujoco.mj_forward(m, d)
 
+    def _update_posture_gains(self) -> None:
+        """Posture gains: ``kp (qref ⊖ q) − 2√kp v`` on every dof, damping only on the free
+        chain of the dragged frame, nothing on the dofs of unactuated trees (free objects)."""
+        if self._gains_free is self._free:
+            return
+        nv = self.model.nv
+        kp = np.full(nv, self.spec.posture_kp)
+        kd = np.full(nv, self._kd)
+        kp[self._free] = 0.0
+        kp[self._passive_dofs] = 0.0
+        kd[self._passive_dofs] = 0.0
+        self.posture_target.set_gains(kp, kd)
+        self._gains_free = self._free
+
     def _posture_target(self, problem) -> np.ndarray:
-        """PD acceleration toward ``qref``: ``kp (qref ⊖ q) − 2√kp v`` ``(nv,)`` (free objects: 0)."""
-        mujoco.mj_differentiatePos(self.model, self._dq, 1.0, problem.data.qpos, self.qref)
-        out = self.spec.posture_kp * self._dq - self._kd * problem.data.qvel
-        if self._free.size:
-            out[self._free] = -self._kd * problem.data.qvel[self._free]
-        if self._passive_dofs.size:
-            out[self._passive_dofs] = 0.0
-        return out
+        """PD acceleration toward ``qref`` ``(nv,)`` (see :meth:`_update_posture_gains`)."""
+        return self.posture_target(problem)
 
     def frame_position(self, frame: str) -> np.ndarray:
         """World position ``(3,)`` of a goal frame in the current data, m."""
@@ -645,13 +642,14 @@ class ReachSession:
             if self.active >= 0:
                 self.ee_terms[drags[self.active].frame].active = False
                 self.qref[:] = self.data.qpos
-            self._free = np.zeros(0, dtype=int)
+            self._free = _NO_DOFS
             if idx >= 0:
                 self.origin = self.frame_position(drags[idx].frame)
                 self.ee_terms[drags[idx].frame].active = True
                 if self.spec.posture_free_chain:
                     self._free = self._chain[drags[idx].frame]
-            else:
+            self._update_posture_gains()
+            if idx < 0:
                 self.origin = np.full(3, np.nan)
                 self.goal = np.full(3, np.nan)
             self.active = idx
@@ -665,7 +663,7 @@ class ReachSession:
         for term in self.ee_terms.values():
             term.active = False
         self.active = int(active)
-        self._free = np.zeros(0, dtype=int)
+        self._free = _NO_DOFS
         if self.active >= 0:
             if self.spec.posture_free_chain:
                 self._free = self._chain[drags[self.active].frame]
@@ -674,6 +672,7 @@ class ReachSession:
             term.target.position[:] = goal
             self.goal = np.array(goal, dtype=float)
         self.qref[:] = qref
+        self._update_posture_gains()
 
     def fallen(self) -> list[str]:
         """Names of the monitored bodies below their fall height (current data)."""

@@ -25,6 +25,20 @@ from ONE MuJoCo evaluation of the state and iterated on in compiled code
 The kernel runs in a workspace the solver keeps between solves (no allocation on
 the hot path once it is large enough for the number of constraint rows).
 
+Compiled step: when every cost term is a built-in one (end-effector / centre-of-mass
+terms with a spring-damper or fixed target, damping, fixed or :class:`PostureTarget`
+acceleration targets) and the model is dense, pyramidal, with state-independent
+actuation, one compiled call (:func:`_kernels.gdd_fast`) reads MuJoCo's arrays directly —
+the inertia from ``d.M``, the forces, and the frame Jacobians and ``J̇v`` from
+``cdof``/``cdof_dot``/``cvel`` (as ``mj_jac``/``mj_jacDot``/``mj_jacSubtreeCom``) — and
+solves; no Python object is built per step.  Other costs take the general path
+(:class:`GDDProblem` + :meth:`Cost.arrays`), with identical results.
+
+Safeguard (:attr:`GDDSettings.safeguard`): a non-finite or absurd first guess is replaced
+by the free acceleration ``M⁻¹(−c)``; a non-finite or huge step, a numerical failure or
+a non-converged solve from a non-neutral guess restarts once from it; the outcome is
+reported (``GDDResult.safeguards``, :attr:`Status.NUMERICAL_ERROR`), never applied blindly.
+
 Then the control ``ctrl = (B⁺g − bias)/gain`` is clamped to its limits, written to
 ``data.ctrl``, and MuJoCo's forward dynamics run warm-started from the
 goal-directed acceleration (``data.qacc_warmstart``); the *physics violation*
@@ -42,8 +56,9 @@ Typical use (see :func:`gdd_step`)::
 from __future__ import annotations
 
 import enum
+import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import mujoco
 import numpy as np
@@ -51,7 +66,7 @@ import numpy as np
 from ..errors import NonFiniteError, ParameterError, as_array, check_positive
 from ..simulate import SimulationError
 from . import _kernels as K
-from .costs import Cost, CostTerm
+from .costs import _STRUCTURE, Cost, CostTerm
 from .problem import ActuationModel, DataViews, GDDProblem
 
 __all__ = [
@@ -123,6 +138,13 @@ class GDDSettings:
       line_search: :class:`LineSearch`.
       dual_update: :class:`DualUpdate`.
       warm_start: start from the previous solution and multipliers of this solver.
+      safeguard: guard against roundoff blow-ups: an initial guess that is not finite or
+        absurdly large (beyond ``1e4`` times the state's acceleration scale — the free
+        acceleration ``M⁻¹(−c)``, the constraint reference accelerations and the cost's
+        targets) is replaced by the free acceleration, and a non-finite or huge step
+        (beyond ``1e6`` times that scale) or a failed solve restarts once from the free
+        acceleration with fresh multipliers; if that fails too the status is
+        :attr:`Status.NUMERICAL_ERROR` (never applied).  ``GDDResult.safeguards`` counts it.
     """
 
     max_iterations: int = 50
@@ -133,6 +155,7 @@ class GDDSettings:
     line_search: LineSearch = LineSearch.AUTO
     dual_update: "DualUpdate" = None
     warm_start: bool = True
+    safeguard: bool = True
 
     def __post_init__(self):
         if not (isinstance(self.max_iterations, (int, np.integer)) and self.max_iterations >= 1):
@@ -177,7 +200,6 @@ class IterationLog:
     dual_round: int
 
 
-@dataclass
 class GDDResult:
     """Result of one goal-directed solve (and, after :meth:`GDDSolver.forward`, of the forward check).
 
@@ -198,36 +220,50 @@ class GDDResult:
       nefc, ncon: constraint rows and contacts at this state.
       clamped: number of controls changed by clamping.
       breakpoints: line-search breakpoints crossed (all iterations).
+      safeguards: times the step safeguard acted (a non-finite, huge or non-descent step
+        was replaced by a damped one or the solve restarted from a cold guess).
       physics_violation: ``‖a_gdd − a_forward‖₂`` (m/s²), None until the forward check ran.
       qacc_forward: ``(nv,)`` forward acceleration with the applied control, or None.
       solve_time: seconds spent in :meth:`GDDSolver.solve` (building + kernel + post-processing).
       log: per-iteration :class:`IterationLog` records.
+
+    The scalar statistics are read from the kernel's statistics vector on access.
     """
 
-    qacc: np.ndarray
-    ctrl: np.ndarray
-    actuator_force: np.ndarray
-    qfrc: np.ndarray
-    Zt: np.ndarray = field(repr=False)
-    efc_force: np.ndarray
-    efc_state: np.ndarray
-    status: Status
-    iterations: int
-    dual_updates: int
-    factorizations: int
-    residual_gradient: float
-    feasibility_equality: float
-    feasibility_box: float
-    objective: float
-    cost: float
-    nefc: int
-    ncon: int
-    clamped: int
-    breakpoints: int = 0
-    physics_violation: float | None = None
-    qacc_forward: np.ndarray | None = None
-    solve_time: float = 0.0
-    log_array: np.ndarray = field(default_factory=lambda: np.zeros((0, K.LOG_NCOL)), repr=False)
+    __slots__ = ("qacc", "ctrl", "actuator_force", "qfrc", "Zt", "efc_force", "efc_state",
+                 "_st", "nefc", "ncon", "physics_violation", "qacc_forward", "solve_time",
+                 "log_array")
+
+    def __init__(self, qacc, ctrl, actuator_force, qfrc, Zt, efc_force, efc_state, stats,
+                 nefc, ncon, solve_time=0.0, log_array=None):
+        self.qacc = qacc
+        self.ctrl = ctrl
+        self.actuator_force = actuator_force
+        self.qfrc = qfrc
+        self.Zt = Zt
+        self.efc_force = efc_force
+        self.efc_state = efc_state
+        self._st = stats
+        self.nefc = nefc
+        self.ncon = ncon
+        self.physics_violation = None
+        self.qacc_forward = None
+        self.solve_time = solve_time
+        self.log_array = np.zeros((0, K.LOG_NCOL)) if log_array is None else log_array
+
+    status = property(lambda self: _STATUS[int(self._st[K.ST_STATUS])], doc=":class:`Status`.")
+    iterations = property(lambda self: int(self._st[K.ST_ITER]), doc="Gauss-Newton iterations.")
+    dual_updates = property(lambda self: int(self._st[K.ST_DUAL]), doc="Multiplier updates.")
+    factorizations = property(lambda self: int(self._st[K.ST_FACT]), doc="Hessian factorizations.")
+    residual_gradient = property(lambda self: float(self._st[K.ST_GRAD]), doc="‖∇L‖₂ at the solution (N).")
+    feasibility_equality = property(lambda self: float(self._st[K.ST_FEAS_EQ]),
+                                    doc="Equality violation (m/s²).")
+    feasibility_box = property(lambda self: float(self._st[K.ST_FEAS_BOX]), doc="Box violation (m/s²).")
+    objective = property(lambda self: float(self._st[K.ST_OBJECTIVE]), doc="Augmented Lagrangian.")
+    cost = property(lambda self: float(self._st[K.ST_COST]), doc="ℓ(a_gdd).")
+    clamped = property(lambda self: int(self._st[K.ST_CLAMPED]), doc="Controls changed by clamping.")
+    breakpoints = property(lambda self: int(self._st[K.ST_EVENTS]), doc="Line-search breakpoints crossed.")
+    safeguards = property(lambda self: int(self._st[K.ST_SAFEGUARD]), doc="Step safeguard actions.")
 
     @property
     def converged(self) -> bool:
@@ -249,6 +285,12 @@ class GDDResult:
             for r in self.log_array
         )
 
+    def __repr__(self) -> str:
+        return (f"GDDResult(status={self.status.name}, iterations={self.iterations}, "
+                f"dual_updates={self.dual_updates}, nefc={self.nefc}, "
+                f"residual_gradient={self.residual_gradient:.2e}, "
+                f"physics_violation={self.physics_violation})")
+
     def summary(self) -> dict:
         """JSON-ready statistics."""
         return {
@@ -263,6 +305,7 @@ class GDDResult:
             "nefc": int(self.nefc),
             "ncon": int(self.ncon),
             "clamped": int(self.clamped),
+            "safeguards": int(self.safeguards),
             "objective": float(self.objective),
             "cost": float(self.cost),
             "solve_time": float(self.solve_time),
@@ -309,7 +352,18 @@ class GDDSolver:
         self._wsi = np.zeros(0, dtype=np.int64)
         self._pattern_of = None  # actuation arrays whose sparsity the workspace holds
         self._actbuf = None  # their packed form (ActuationArrays.packed)
-        self._cost_of = None  # the CostArrays whose sizes are in the int parameters
+        self._dims_of = None  # the cost sizes (km, kd, m1, m2) in the int parameters
+        self._lam = None
+        self._plan = None  # compiled-step plan of the last cost (_FastPlan)
+        self._span = None  # (data, span, offsets) of the last data (_data_span)
+        nv = model.nv
+        self._Mbuf = np.zeros((nv, nv))
+        self._cbuf = np.zeros(nv)
+        self._dqbuf = np.zeros(nv)
+        self._fast_ok = bool(
+            not mujoco.mj_isSparse(model) and model.opt.cone == int(mujoco.mjtCone.mjCONE_PYRAMIDAL)
+            and not self.actuation.state_dependent and self.actuation.uncontrolled.size == 0
+            and model.nM > 0 and hasattr(model, "M_rownnz"))
         self._all_controllable = bool(np.array_equal(self.actuation.controllable, np.arange(model.nu)))
         s = self.settings
         self._params[K.PAR_PENALTY] = s.penalty
@@ -319,6 +373,8 @@ class GDDSolver:
         self._iparams[K.IPAR_MAX_DUAL] = s.max_dual_updates
         self._iparams[K.IPAR_EXACT_LS] = 0 if s.line_search == LineSearch.NEWTON_1D else 1
         self._iparams[K.IPAR_NEWTON_DUAL] = 1 if s.dual_update == DualUpdate.NEWTON else 0
+        self._iparams[K.IPAR_SAFEGUARD] = 1 if s.safeguard else 0
+        self._warm = bool(s.warm_start)
         self.reset()
 
     def reset(self) -> None:
@@ -360,6 +416,13 @@ class GDDSolver:
             warm starting, else ``data.qacc``.
           problem: an already built :class:`GDDProblem` of this state.
 
+        When every term of the cost is a built-in one the compiled solver evaluates
+        itself (end-effector and centre-of-mass terms with a :class:`SpringDamper` or
+        fixed target, :class:`Damping`, :class:`AccelerationTarget` with a fixed or a
+        :class:`PostureTarget` target) and the model is dense with pyramidal cones and
+        state-independent actuation, the whole step — inertia, forces, cost terms and
+        the solve — runs in one compiled call (no :class:`GDDProblem` is built).
+
         Returns:
           :class:`GDDResult` (controls clamped but not applied; see :meth:`apply`).
 
@@ -368,6 +431,21 @@ class GDDSolver:
           ParameterError: a bad cost argument.
         """
         t0 = time.perf_counter()
+        if problem is None and self._fast_ok:
+            plan = self._plan
+            if plan is None or plan.cost is not cost or plan.version != _STRUCTURE[0] or (
+                    plan.terms is not None and plan.terms != cost.terms):
+                plan = self._plan = _FastPlan(self, cost)
+            if plan.ok:
+                if compute_stages:
+                    mujoco.mj_fwdPosition(self.model, data)
+                    mujoco.mj_fwdVelocity(self.model, data)
+                    compute_stages = False
+                sp = self._span
+                if sp is None or sp[0] is not data:
+                    sp = self._span = _data_span(self.model, data)
+                if sp[1] is not None:
+                    return self._solve_fast(data, cost, plan, sp, initial_qacc, t0)
         if not isinstance(cost, Cost):
             if isinstance(cost, CostTerm):
                 cost = Cost(cost)
@@ -376,22 +454,46 @@ class GDDSolver:
         if problem is None:
             problem = self.problem(data, compute_stages=compute_stages, copy=False)
         ca = cost.arrays(problem)
-        nv = self.model.nv
-        s = self.settings
         act = problem.actuation
-        if initial_qacc is not None:
-            a = as_array("initial_qacc", initial_qacc, (nv,)).copy()
-        elif s.warm_start and self._qacc is not None:
-            a = self._qacc.copy()
+        a = self._initial_guess(data, initial_qacc)
+        self._prepare(act, ca.dims)
+        nefc = problem.nefc
+        outs = self._outputs(nefc, act.gain.size)
+        args = (problem.M, problem.c, problem.J, problem.aref, problem.D, problem.R,
+                problem.floss, problem.efc_type, problem.efc_id, problem.con_dim,
+                problem.con_mu, problem.con_fric, problem.con_adr,
+                self._actbuf, self._scales, ca.buffer, ca.Kf2,
+                a, self._lam, self._mu_lo, self._mu_hi, self._params, self._iparams) + outs + (
+                self._wsf, self._wsi)
+        if self._entry is None:
+            K.gdd_solve(*args)  # type-checked call (compiles on first use)
+            self._entry = _kernel_entry(K.gdd_solve, args)
         else:
-            a = np.array(data.qacc, dtype=float)
-            if not np.isfinite(a).all():
-                a[:] = 0.0
+            self._entry(*args)
+        self._retry_workspace(self._entry, args)
+        return self._finish(data, a, act, outs, nefc, t0,
+                            lambda: self._diagnose_nonfinite(data, problem, ca))
+
+    # -- pieces shared by the two paths
+
+    def _initial_guess(self, data, initial_qacc):
+        nv = self.model.nv
+        if initial_qacc is not None:
+            return as_array("initial_qacc", initial_qacc, (nv,)).copy()
+        if self.settings.warm_start and self._qacc is not None:
+            return self._qacc.copy()
+        a = np.array(data.qacc, dtype=float)
+        if not np.isfinite(a).all():
+            a[:] = 0.0
+        return a
+
+    def _prepare(self, act, dims):
+        """Multipliers, penalty scales and the kernel's int parameters for this solve."""
         nz = act.Zt.shape[0]
         nb = act.box.size
         lam = self._lam
-        if not s.warm_start or lam is None or lam.size != nz or self._mu_lo.size != nb:
-            lam, self._mu_lo, self._mu_hi = np.zeros(nz), np.zeros(nb), np.zeros(nb)
+        if not self.settings.warm_start or lam is None or lam.size != nz or self._mu_lo.size != nb:
+            self._lam, self._mu_lo, self._mu_hi = np.zeros(nz), np.zeros(nb), np.zeros(nb)
         ip = self._iparams
         width = max(nz, nb)
         if self._scales.shape[1] != width or self._since_scales >= self.SCALE_INTERVAL:
@@ -412,55 +514,108 @@ class GDDSolver:
             self._actbuf = _pack_actuation(act) if packed is None else packed
         else:
             ip[K.IPAR_PATTERN] = 0
-        if ca is not self._cost_of:
-            self._cost_of = ca
-            ip[K.IPAR_KM], ip[K.IPAR_KD], ip[K.IPAR_M1], ip[K.IPAR_M2] = ca.dims
-        nefc = problem.nefc
-        nc = act.gain.size
-        g = np.empty(nv)
-        f = np.empty(nefc)
-        state = np.empty(nefc, dtype=np.int64)
-        w = np.empty(nc)
-        u = np.empty(nc)
+        if dims is not self._dims_of:
+            self._dims_of = dims
+            ip[K.IPAR_KM], ip[K.IPAR_KD], ip[K.IPAR_M1], ip[K.IPAR_M2] = dims
+
+    def _outputs(self, nefc, nc):
+        nv = self.model.nv
+        return (np.empty(nv), np.empty(nefc), np.empty(nefc, dtype=np.int64), np.empty(nc),
+                np.empty(nc), self._stats, self._log)
+
+    def _retry_workspace(self, entry, args):
         stats = self._stats
-        log = self._log
-        args = (problem.M, problem.c, problem.J, problem.aref, problem.D, problem.R,
-                problem.floss, problem.efc_type, problem.efc_id, problem.con_dim,
-                problem.con_mu, problem.con_fric, problem.con_adr,
-                self._actbuf, self._scales, ca.buffer, ca.Kf2,
-                a, lam, self._mu_lo, self._mu_hi, self._params, ip, g, f, state, w, u,
-                stats, log, self._wsf, self._wsi)
-        if self._entry is None:
-            K.gdd_solve(*args)  # type-checked call (compiles on first use)
-            self._entry = _kernel_entry(args)
-        else:
-            self._entry(*args)
         if stats[K.ST_STATUS] == K.STATUS_WORKSPACE:  # first solve or more constraint rows
             self._wsf = np.zeros(int(1.5 * stats[K.ST_WS_FLOAT]) + 64)
             self._wsi = np.zeros(int(1.5 * stats[K.ST_WS_INT]) + 64, dtype=np.int64)
-            ip[K.IPAR_PATTERN] = 1
-            self._entry(*(args[:-2] + (self._wsf, self._wsi)))
-        status = _STATUS[int(stats[K.ST_STATUS])]
-        if status is Status.NUMERICAL_ERROR:
+            self._iparams[K.IPAR_PATTERN] = 1
+            entry(*(args[:-2] + (self._wsf, self._wsi)))
+
+    def _finish(self, data, a, act, outs, nefc, t0, diagnose):
+        g, f, state, w, u = outs[:5]
+        st = self._stats.copy()
+        code = int(st[K.ST_STATUS])
+        if code == K.STATUS_NUMERICAL_ERROR:
             self.reset()
-            self._diagnose_nonfinite(data, problem, ca)
+            diagnose()
+        else:
+            self._qacc = a.copy()
         if self._all_controllable:
             ctrl = u
         else:
             ctrl = data.ctrl.copy()
             ctrl[self.actuation.controllable] = u
-        if status is not Status.NUMERICAL_ERROR:
-            self._qacc = a.copy()
-            self._lam = lam
-        st = stats.tolist()
-        iters = int(st[_ST_ITER])
-        return GDDResult(
-            a, ctrl, w, g, act.Zt, f, state, status, iters, int(st[_ST_DUAL]),
-            int(st[_ST_FACT]), st[_ST_GRAD], st[_ST_FEAS_EQ], st[_ST_FEAS_BOX],
-            st[_ST_OBJECTIVE], st[_ST_COST], nefc, data.ncon, int(st[_ST_CLAMPED]),
-            int(st[_ST_EVENTS]), None, None, time.perf_counter() - t0,
-            log[:min(iters, log.shape[0])].copy(),
-        )
+        iters = int(st[K.ST_ITER])
+        log = self._log
+        return GDDResult(a, ctrl, w, g, act.Zt, f, state, st, nefc, data.ncon,
+                         time.perf_counter() - t0, log[:min(iters, log.shape[0])].copy())
+
+    def _solve_fast(self, data, cost, plan, sp, initial_qacc, t0):
+        """The compiled step (see :meth:`solve`): problem, cost terms and solve in one call.
+
+        Kept lean on purpose: it runs once per simulation step, and its Python overhead is
+        a visible part of the step time (see ``contactopt bench gdd``)."""
+        act = plan.act
+        if act is None:
+            act = plan.act = self.actuation.arrays(self.model, data)
+        if initial_qacc is not None:
+            a = as_array("initial_qacc", initial_qacc, (self.model.nv,)).copy()
+        elif self._qacc is not None and self._warm:
+            a = self._qacc.copy()
+        else:
+            a = np.array(data.qacc, dtype=float)
+            if not np.isfinite(a).all():
+                a[:] = 0.0
+        ip = self._iparams
+        if (act is self._pattern_of and plan.dims is self._dims_of and self._lam is not None
+                and self._warm and self._lam.size == act.Zt.shape[0]):
+            ip[K.IPAR_PATTERN] = 0
+            if self._since_scales >= self.SCALE_INTERVAL:
+                ip[K.IPAR_SCALES] = 1
+                self._since_scales = 0
+            else:
+                ip[K.IPAR_SCALES] = 0
+                self._since_scales += 1
+        else:
+            self._prepare(act, plan.dims)
+        aref = data.efc_aref
+        nefc = aref.shape[0]
+        nc = act.gain.size
+        g = np.empty(self.model.nv)
+        f = np.empty(nefc)
+        state = np.empty(nefc, dtype=np.int64)
+        w = np.empty(nc)
+        u = np.empty(nc)
+        stats = self._stats
+        args = (plan.si, sp[1], sp[2], plan.tparams, data.efc_J, aref, data.efc_D, data.efc_R,
+                data.efc_frictionloss if plan.floss else aref, data.efc_type, self._Mbuf,
+                self._cbuf, self._dqbuf, self._actbuf, self._scales, plan.costbuf, plan.Kf2,
+                a, self._lam, self._mu_lo, self._mu_hi, self._params, ip,
+                g, f, state, w, u, stats, self._log, self._wsf, self._wsi)
+        entry = plan.entry
+        if entry is None:
+            K.gdd_fast(*args)
+            entry = plan.entry = _kernel_entry(K.gdd_fast, args)
+        else:
+            entry(*args)
+        code = stats[K.ST_STATUS]
+        if code == K.STATUS_WORKSPACE:
+            self._retry_workspace(entry, args)
+            code = stats[K.ST_STATUS]
+        if code == K.STATUS_NUMERICAL_ERROR or not self._all_controllable:
+            return self._finish(data, a, act, (g, f, state, w, u), nefc, t0,
+                                lambda: self._diagnose_fast(data, cost))
+        st = stats.copy()
+        self._qacc = a.copy()
+        iters = int(st[K.ST_ITER])
+        return GDDResult(a, u, w, g, act.Zt, f, state, st, nefc, data.ncon,
+                         time.perf_counter() - t0, self._log[:iters].copy())
+
+    def _diagnose_fast(self, data, cost):
+        """Numerical failure on the compiled path: name the cause through the general path."""
+        cost = cost if isinstance(cost, Cost) else Cost(cost)
+        problem = self.problem(data, compute_stages=False, copy=True)
+        self._diagnose_nonfinite(data, problem, cost.arrays(problem))
 
     @staticmethod
     def _diagnose_nonfinite(data, problem, ca):
@@ -482,11 +637,14 @@ class GDDSolver:
           SimulationError: the result is a numerical failure or its control is not
             finite; ``data`` is left untouched.
         """
-        if result.status == Status.NUMERICAL_ERROR or not np.isfinite(result.ctrl).all():
+        ctrl = result.ctrl
+        # a finite sum means every entry is finite (NaN/inf propagate); else check exactly
+        if result._st[K.ST_STATUS] == K.STATUS_NUMERICAL_ERROR or not (
+                math.isfinite(ctrl.sum()) or np.isfinite(ctrl).all()):
             raise SimulationError(
                 f"goal-directed solve failed ({result.status.name}); refusing to apply a non-finite control"
             )
-        data.ctrl[:] = result.ctrl
+        data.ctrl[:] = ctrl
         data.qacc_warmstart[:] = result.qacc
 
     def forward(self, data: mujoco.MjData, result: GDDResult) -> GDDResult:
@@ -499,14 +657,12 @@ class GDDSolver:
         self.apply(data, result)
         mujoco.mj_forwardSkip(self.model, data, int(mujoco.mjtStage.mjSTAGE_VEL), 1)
         result.qacc_forward = data.qacc.copy()
-        result.physics_violation = float(np.linalg.norm(result.qacc - result.qacc_forward))
+        diff = result.qacc - result.qacc_forward
+        result.physics_violation = math.sqrt(float(diff.dot(diff)))
         return result
 
 
 _STATUS = {int(st): st for st in Status}
-(_ST_ITER, _ST_DUAL, _ST_FACT, _ST_GRAD, _ST_FEAS_EQ, _ST_FEAS_BOX, _ST_OBJECTIVE, _ST_COST,
- _ST_CLAMPED, _ST_EVENTS) = (K.ST_ITER, K.ST_DUAL, K.ST_FACT, K.ST_GRAD, K.ST_FEAS_EQ, K.ST_FEAS_BOX,
-                             K.ST_OBJECTIVE, K.ST_COST, K.ST_CLAMPED, K.ST_EVENTS)
 
 
 def _pack_actuation(act) -> np.ndarray:
@@ -514,10 +670,10 @@ def _pack_actuation(act) -> np.ndarray:
     return np.concatenate((act.Zt.ravel(), act.Cbox.ravel(), act.Bdir.ravel(), act.Bpinv.ravel(),
                            act.lo, act.hi, act.gain, act.bias, act.ctrl_lo, act.ctrl_hi))
 
-def _kernel_entry(args):
-    """The compiled entry point of :func:`_kernels.gdd_solve` for these argument types.
+def _kernel_entry(fn, args):
+    """The compiled entry point of the numba function ``fn`` for these argument types.
 
-    Calling through numba's dispatcher type-checks the ~50 arguments on every call
+    Calling through numba's dispatcher type-checks the ~30 arguments on every call
     (several µs).  Their types never change for a solver (every array is made by
     this package with a fixed dtype and C layout), so the solver checks them once,
     here, and then calls the entry point directly.  Falls back to the dispatcher
@@ -527,9 +683,151 @@ def _kernel_entry(args):
         import numba
 
         sig = tuple(numba.typeof(a) for a in args)
-        return K.gdd_solve.overloads[sig].entry_point
+        return fn.overloads[sig].entry_point
     except Exception:  # pragma: no cover - numba internals changed
-        return K.gdd_solve
+        return fn
+
+
+_EMPTY_KF2 = np.zeros((0, 0))
+
+
+class _FastPlan:
+    """How the compiled step evaluates one cost for one solver (see :meth:`GDDSolver.solve`).
+
+    ``ok`` is False when some term is not built in (the general path is used then).
+    ``si``: the static int array (``_kernels.SI_*`` header: model structure, the term table
+    and the subtree body lists); ``tparams``: the terms' parameter arrays (weights, targets:
+    the terms' own arrays, so changes of weight, activity and goals are seen without
+    rebuilding); ``costbuf``: the packed cost the kernel fills (``CostArrays`` layout).
+    """
+
+    __slots__ = ("ok", "cost", "terms", "version", "si", "tparams", "costbuf", "dims", "Kf2",
+                 "entry", "act", "floss")
+
+    def __init__(self, solver: "GDDSolver", cost):
+        self.cost = cost
+        self.version = _STRUCTURE[0]
+        self.terms = list(cost.terms) if isinstance(cost, Cost) else None
+        self.ok = False
+        self.entry = None
+        if isinstance(cost, Cost):
+            terms = cost.terms
+        elif isinstance(cost, CostTerm):
+            terms = [cost]
+        else:
+            return
+        model = solver.model
+        specs = [t._fast_spec() for t in terms]
+        if not specs or any(sp is None for sp in specs):
+            return
+        nv = model.nv
+        head = np.zeros(K.SI_NHEAD, dtype=np.int64)
+        parts = [head]
+        off = [K.SI_NHEAD]
+
+        def add(arr):
+            arr = np.asarray(arr, dtype=np.int64).ravel()
+            o = off[0]
+            parts.append(arr)
+            off[0] += arr.size
+            return o
+
+        head[K.SI_NBODY] = model.nbody
+        head[K.SI_NJNT] = model.njnt
+        head[K.SI_NTERM] = len(terms)
+        head[K.SI_PARENT] = add(model.body_parentid)
+        head[K.SI_ROOT] = add(model.body_rootid)
+        head[K.SI_DOFADR] = add(model.body_dofadr)
+        head[K.SI_DOFNUM] = add(model.body_dofnum)
+        head[K.SI_DOFPARENT] = add(model.dof_parentid)
+        head[K.SI_MROWNNZ] = add(model.M_rownnz)
+        head[K.SI_MROWADR] = add(model.M_rowadr)
+        head[K.SI_MCOLIND] = add(model.M_colind)
+        head[K.SI_JTYPE] = add(model.jnt_type)
+        head[K.SI_JQPOS] = add(model.jnt_qposadr)
+        head[K.SI_JDOF] = add(model.jnt_dofadr)
+        head[K.SI_XFRC] = 1
+        table = np.zeros((len(terms), K.TERM_NCOL), dtype=np.int64)
+        head[K.SI_TERMS] = add(table)  # filled below (parts[-1] is a copy: write it there)
+        table = parts[-1].reshape(len(terms), K.TERM_NCOL)
+        tparams = []
+
+        def param(arr):
+            if not (isinstance(arr, np.ndarray) and arr.dtype == np.float64 and arr.ndim == 1
+                    and arr.flags.c_contiguous):
+                raise ValueError
+            tparams.append(arr)
+            return len(tparams) - 1
+
+        counts = {"mass": 0, "diag": 0, "rows": 0}
+        try:
+            for i, sp in enumerate(specs):
+                row = table[i]
+                kind = sp["kind"]
+                row[K.TC_CODE] = sp["code"]
+                row[K.TC_SLOT] = counts[kind]
+                counts[kind] += sp.get("rows", 1)
+                row[K.TC_BODY] = sp.get("body", 0)
+                row[K.TC_SITE] = sp.get("site", -1)
+                row[K.TC_PW] = param(sp["w"])
+                row[K.TC_PT] = param(sp["t"]) if "t" in sp else row[K.TC_PW]
+                row[K.TC_PX] = param(sp["x"]) if "x" in sp else row[K.TC_PW]
+                if "list" in sp:
+                    row[K.TC_LIST] = add(sp["list"])
+                    row[K.TC_COUNT] = len(sp["list"])
+                pm = sp.get("model")
+                if pm is not None and pm is not model and not (
+                        pm.nq == model.nq and pm.nv == model.nv and pm.njnt == model.njnt
+                        and np.array_equal(pm.jnt_type, model.jnt_type)):
+                    raise ValueError
+                if "t" in sp and sp["code"] in (K.TERM_MASS_FIXED, K.TERM_DIAG_FIXED) and sp["t"].size != 2 * nv:
+                    raise ValueError
+        except ValueError:
+            return
+        self.si = np.concatenate(parts)
+        self.tparams = tuple(tparams)
+        km, kd, m1 = counts["mass"], counts["diag"], counts["rows"]
+        self.dims = (km, kd, m1, 0)
+        self.costbuf = np.zeros(km * (nv + 1) + kd * (2 * nv + 1) + m1 * (nv + 2))
+        self.Kf2 = _EMPTY_KF2
+        self.act = None  # the (state-independent) actuation arrays, read at the first solve
+        # friction-loss rows only exist when some dof or tendon has friction loss
+        self.floss = bool(np.any(model.dof_frictionloss > 0) or (
+            model.ntendon > 0 and np.any(model.tendon_frictionloss > 0)))
+        self.ok = True
+
+
+#: MuJoCo fixed-size arrays the compiled step reads, by ``_kernels.DO_*`` offset index
+_SPAN_FIELDS = ("M", "qpos", "qvel", "qfrc_bias", "qfrc_passive", "qfrc_applied", "xfrc_applied",
+                "cdof", "cdof_dot", "cvel", "subtree_com", "xipos", "xpos", "site_xpos")
+
+
+def _data_span(model, data):
+    """``(data, span, offsets)``: one float64 view over the part of ``data``'s buffer that holds
+    the arrays of :data:`_SPAN_FIELDS` and their offsets in it (one kernel argument instead of
+    fourteen).  ``(data, None, None)`` if the arrays are not laid out in one buffer as expected."""
+    import ctypes
+
+    arrs = [getattr(data, name) for name in _SPAN_FIELDS]
+    live = [x for x in arrs if x.size]
+    if not all(x.dtype == np.float64 and x.flags.c_contiguous for x in live):
+        return data, None, None
+    addr = [x.ctypes.data for x in live]
+    lo = min(addr)
+    hi = max(p + x.nbytes for p, x in zip(addr, live))
+    nbuffer = getattr(data, "nbuffer", None)
+    if nbuffer is None or hi - lo > nbuffer or any((p - lo) % 8 for p in addr):
+        return data, None, None
+    raw = (ctypes.c_double * ((hi - lo) // 8)).from_address(lo)
+    span = np.frombuffer(raw, dtype=np.float64)
+    doff = np.zeros(K.DO_N, dtype=np.int64)
+    for k, x in enumerate(arrs):
+        if x.size:
+            doff[k] = (x.ctypes.data - lo) // 8
+            if not np.shares_memory(span, x) or not np.array_equal(
+                    span[doff[k]:doff[k] + x.size], x.ravel(), equal_nan=True):
+                return data, None, None
+    return data, span, doff
 
 
 def gdd_step(model: mujoco.MjModel, data: mujoco.MjData, cost: Cost | CostTerm,
@@ -570,7 +868,8 @@ def gdd_step(model: mujoco.MjModel, data: mujoco.MjData, cost: Cost | CostTerm,
     solver.apply(data, result)
     mujoco.mj_step2(model, data)
     result.qacc_forward = data.qacc.copy()
-    result.physics_violation = float(np.linalg.norm(result.qacc - result.qacc_forward))
+    diff = result.qacc - result.qacc_forward
+    result.physics_violation = math.sqrt(float(diff.dot(diff)))
     if not (np.all(np.isfinite(data.qpos)) and np.all(np.isfinite(data.qvel))):
         raise SimulationError("the simulation diverged (non-finite state after the step)")
     return result
