@@ -1621,6 +1621,15 @@ def _save_pattern(wk, fact_state, fact_bact):
         fact_bact[j] = wk.bact[j]
 
 
+
+@njit(cache=True, error_model="numpy")
+def _cold_start(a, a_free, lam, mu_lo, mu_hi):
+    """Restart from the free acceleration ``a = M⁻¹(−c)`` with zero multipliers (safeguard)."""
+    a[:] = a_free
+    lam[:] = 0.0
+    mu_lo[:] = 0.0
+    mu_hi[:] = 0.0
+
 @njit(cache=True, error_model="numpy")
 def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con_fric, con_adr,
               actbuf, scales, costbuf, Kf2,
@@ -1886,13 +1895,7 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
         if not an <= GUESS_LIMIT * ascale:  # non-finite or absurd initial guess: start cold
             nsafe += 1
             cold = True
-            for k in range(nv):
-                a[k] = a_free[k]
-            for e in range(nz):
-                lam[e] = 0.0
-            for j in range(nb):
-                mu_lo[j] = 0.0
-                mu_hi[j] = 0.0
+            _cold_start(a, a_free, lam, mu_lo, mu_hi)
     status = STATUS_CONVERGED
     iters = 0
     duals = 0
@@ -1909,13 +1912,7 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
             # fresh multipliers, no KKT first step
             nsafe += 1
             cold = True
-            for k in range(nv):
-                a[k] = a_free[k]
-            for e in range(nz):
-                lam[e] = 0.0
-            for j in range(nb):
-                mu_lo[j] = 0.0
-                mu_hi[j] = 0.0
+            _cold_start(a, a_free, lam, mu_lo, mu_hi)
             for i in range(nefc):
                 w_kink[i] = 0
                 w_release[i] = 0
