@@ -60,6 +60,8 @@ class IDTOTask:
       success: ``(model, data) -> bool`` on the plant; success_hold: seconds it must hold.
       failure: optional ``(model, data) -> bool`` failure test on the plant (e.g. "fell"),
         latched at its first true (see :func:`~contactopt.mpc.run_mpc`).
+      initial_guess: optional ``(model, T, h) -> initial_guess(t, x) -> q (T+1, nq)``: the first
+        plan's starting trajectory (default: ``q`` held; see :class:`~contactopt.mpc.IDTOPlanner`).
       planner_model: optional ``(model) -> None`` that edits the planner's own model before
         the problem is built (e.g. collision filters the compliant model should see); the
         plant is never edited.
@@ -100,6 +102,7 @@ class IDTOTask:
     success_factory: Callable | None = None
     failure: Callable | None = None
     planner_model: Callable | None = None
+    initial_guess: Callable | None = None
 
 
 def _load(name: str):
@@ -141,7 +144,9 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
     options = SolverOptions(**{"convergence": None, **task.solver})
     return IDTOPlanner(problem, plant_model=m, options=options, initial_iterations=task.initial_iterations,
                        iterations_per_update=task.iterations_per_update,
-                       nominal=task.nominal(m, task.horizon, task.time_step), kp=task.kp, kd=task.kd)
+                       nominal=task.nominal(m, task.horizon, task.time_step), kp=task.kp, kd=task.kd,
+                       initial_guess=None if task.initial_guess is None
+                       else task.initial_guess(m, task.horizon, task.time_step))
 
 
 def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0, mode: str = "sync",
