@@ -420,3 +420,110 @@ def test_user_residual_failures_name_the_term(mixed_model, rng):
         UserResidual(model, None, 1)
     with pytest.raises(ParameterError, match="size"):
         UserResidual(model, lambda *a: 0, 0)
+
+
+# --------------------------------------------------------------------------- batched evaluation
+
+
+def test_batched_residuals_equal_stage_by_stage_evaluation(mixed_model, rng):
+    """``batch_evaluate`` over N stages equals ``evaluate`` stage by stage (values and Jacobians)."""
+    from contactopt.costs import _JAC_KINDS, _POINT_KINDS
+
+    model = mixed_model
+    residuals = mixed_residuals(model) + [
+        CenterOfMassVelocity(model, position_jacobian=False),
+        Combination([(1.0, Control(model)), (-2.0, Control(model, [0.3, 0.1, -0.2]))], offset=[1, 2, 3]),
+    ]
+    N = 6
+    X = np.stack([random_state(model, rng) for _ in range(N)])
+    U = rng.normal(size=(N, model.nu))
+    data = mujoco.MjData(model)
+    nbatched = 0
+    for jacobian in (False, True):
+        for res in residuals:
+            req = res.batch_requests(jacobian)
+            if req is None:
+                continue
+            nbatched += 1
+            kin = {key: np.empty((N, 3) if key[0] in _POINT_KINDS else (N, 3, model.nv)) for key in req}
+            ref = []
+            for i in range(N):
+                data.qpos[:] = X[i, :model.nq]
+                data.qvel[:] = X[i, model.nq:model.nq + model.nv]
+                data.act[:] = X[i, model.nq + model.nv:]
+                mujoco.mj_kinematics(model, data)
+                mujoco.mj_comPos(model, data)
+                for kind, oid in req:
+                    if kind in _POINT_KINDS:
+                        kin[(kind, oid)][i] = getattr(data, kind)[oid]
+                    else:
+                        _JAC_KINDS[kind](model, data, kin[(kind, oid)][i], oid)
+                ref.append(res.evaluate(data, X[i], U[i], jacobian))
+            r, jx, ju = res.batch_evaluate(kin, X, U, jacobian)
+            assert r.shape == (N, res.size)
+            np.testing.assert_allclose(r, [x[0] for x in ref], rtol=1e-13, atol=1e-14, err_msg=res.name)
+            if not jacobian:
+                assert jx is None and ju is None
+                continue
+            for got, k, size in ((jx, 1, 2 * model.nv + model.na), (ju, 2, model.nu)):
+                want = np.stack([np.zeros((res.size, size)) if x[k] is None else x[k] for x in ref])
+                got = np.zeros_like(want) if got is None else got
+                np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14, err_msg=res.name)
+    # only Qpos, UserResidual, the Combination holding them and the FD COM velocity stay per stage
+    assert nbatched >= 2 * 8
+
+
+def test_batched_stage_cost_equals_stage_by_stage_reference(mixed_model, rng):
+    """The stage cost's batched path gives the stage-by-stage values and derivatives (to roundoff)."""
+    from contactopt.costs import _evaluate_stages
+
+    model = mixed_model
+    all_batched = StageCost(model, [
+        CostTerm(SitePosition(model, "tip", [0.1, 0.0, 0.3]), SmoothAbs(0.2), 2.0),
+        CostTerm(BodyPosition(model, "slider", point="com", axes="xy"), L2(0.1), 1.5),
+        CostTerm(CenterOfMassVelocity(model, axes="xy", position_jacobian=False), Quadratic(), 0.7),
+        CostTerm(Combination([(1.0, CenterOfMass(model)), (-1.0, BodyPosition(model, "elbow"))]),
+                 SmoothAbs(0.1), 3.0),
+        CostTerm(Qvel(model), Quadratic(), 0.1),
+        CostTerm(Control(model), Cosh(0.5), 0.2),
+    ])
+    N = 9
+    X = np.stack([random_state(model, rng) for _ in range(N)])
+    U = rng.normal(size=(N, model.nu))
+    for cost in (all_batched, mixed_stage_cost(model)):
+        data = mujoco.MjData(model)
+        for derivatives in (False, True):
+            got = _evaluate_stages(cost, data, X, U, derivatives)
+            want = _evaluate_stages(cost, data, X, U, derivatives, batched=False)
+            for g, w in zip(got, want):
+                if w is None:
+                    assert g is None
+                else:
+                    np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12 * (np.abs(w).max() + 1))
+        # the terminal (control-free) path
+        state_only = cost.state_terms()
+        got = _evaluate_stages(state_only, data, X, None, True)
+        want = _evaluate_stages(state_only, data, X, None, True, batched=False)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        np.testing.assert_allclose(got[3], want[3], rtol=1e-12, atol=1e-12 * (np.abs(want[3]).max() + 1))
+
+
+def test_subclass_overriding_evaluate_is_not_batched(mixed_model, rng):
+    """A residual subclass with its own ``evaluate`` keeps being evaluated by it (stage by stage)."""
+    from contactopt.costs import _batch_requests
+
+    class Shifted(SitePosition):
+        def evaluate(self, data, x, u, jacobian):
+            r, jx, ju = super().evaluate(data, x, u, jacobian)
+            return r + 1.0, jx, ju
+
+    model = mixed_model
+    plain, shifted = SitePosition(model, "tip"), Shifted(model, "tip")
+    assert _batch_requests(plain, True) is not None and _batch_requests(shifted, True) is None
+    assert _batch_requests(Combination([(1.0, shifted), (1.0, plain)]), False) is None
+    x = random_state(model, rng)
+    cost = StageCost(model, [CostTerm(shifted, Quadratic(), 1.0)])
+    ref = StageCost(model, [CostTerm(plain, Quadratic(), 1.0)])
+    r = plain(x) + 1.0
+    assert cost.value(x) == pytest.approx(0.5 * r @ r, rel=1e-12)
+    assert cost.value(x) != pytest.approx(ref.value(x))

@@ -626,3 +626,141 @@ def test_result_helpers():
     with pytest.raises(Exception):
         res.iterations[0].cost = 0.0                  # frozen log records
     assert res.status in (Status.MAX_ITERATIONS, Status.CONVERGED)
+
+
+# --------------------------------------------------------------------------- compiled kernels
+
+
+def test_box_qp_kernel_matches_the_python_reference(rng):
+    """The numba box QP makes the reference's decisions: same x, free set, status, iterations, factor."""
+    from contactopt.solvers import _ilqg_kernels as kernels
+
+    statuses = list(BoxQPStatus)
+    active = 0
+    for trial in range(200):
+        n = int(rng.integers(1, 17))
+        M = rng.normal(size=(n, n))
+        H = M @ M.T + 0.05 * np.eye(n)
+        g = rng.normal(scale=4.0, size=n)
+        lo = -rng.uniform(0.05, 1.0, size=n)
+        hi = rng.uniform(0.05, 1.0, size=n)
+        lo[rng.random(n) < 0.15] = -np.inf
+        hi[rng.random(n) < 0.15] = np.inf
+        x0 = rng.normal(size=n) if trial % 3 else np.zeros(n)
+        ref = solve_box_qp(H, g, lo, hi, x0)
+        x, free, L, nfree, status, iters, value = kernels.box_qp_kernel(
+            H, g, lo, hi, x0, 100, 1e-8, 1e-8, 0.6, 1e-22, 0.1)
+        assert statuses[status] is ref.status
+        assert iters == ref.iterations
+        np.testing.assert_array_equal(free, ref.free)
+        np.testing.assert_allclose(x, ref.x, rtol=0, atol=1e-10)
+        assert value == pytest.approx(ref.value, rel=1e-12, abs=1e-12)
+        if ref.chol is None:
+            assert nfree == 0
+        else:
+            assert nfree == int(ref.free.sum())
+            np.testing.assert_allclose(np.tril(L[:nfree, :nfree]), np.tril(ref.chol), atol=1e-10)
+        active += int((~ref.free).any())
+    assert active > 50  # most problems have active bounds
+    x, free, L, nfree, status, iters, value = kernels.box_qp_kernel(
+        np.diag([1.0, -1.0]), np.zeros(2), -np.ones(2), np.ones(2), np.zeros(2), 100, 1e-8, 1e-8, 0.6, 1e-22, 0.1)
+    assert statuses[status] is BoxQPStatus.NOT_POSITIVE_DEFINITE
+
+
+def _random_linearization(rng, T, n, m, state_reg):
+    from contactopt.costs import CostDerivatives
+    from contactopt.solvers.ilqg import _Linearization
+
+    A = np.eye(n) + 0.1 * rng.normal(size=(T, n, n))
+    B = 0.3 * rng.normal(size=(T, n, m))
+    Jx = rng.normal(size=(T + 1, n + 2, n))
+    Ju = rng.normal(size=(T, m + 1, m))
+    Jc = rng.normal(size=(T, 3, n))
+    Jcu = rng.normal(size=(T, 3, m))
+    lxx = np.swapaxes(Jx, 1, 2) @ Jx
+    lxx[:T] += np.swapaxes(Jc, 1, 2) @ Jc
+    luu = np.swapaxes(Ju, 1, 2) @ Ju + np.swapaxes(Jcu, 1, 2) @ Jcu
+    lux = np.swapaxes(Jcu, 1, 2) @ Jc
+    cd = CostDerivatives(np.zeros(T + 1), rng.normal(size=(T + 1, n)), rng.normal(scale=3.0, size=(T, m)),
+                         lxx, luu, lux)
+    return _Linearization(A, B, cd, state_reg)
+
+
+@pytest.mark.parametrize("regularization", list(Regularization))
+@pytest.mark.parametrize("value_update", list(ValueUpdate))
+def test_compiled_backward_pass_equals_the_python_reference(regularization, value_update, rng):
+    from contactopt.solvers.ilqg import _backward_pass
+
+    T, n, m = 30, 12, 6
+    s = ILQGSettings(regularization=regularization, value_update=value_update)
+    lin = _random_linearization(rng, T, n, m, regularization is Regularization.STATE)
+    U = rng.uniform(-1.0, 1.0, size=(T, m))
+    lo, hi = -np.ones(m), np.ones(m)
+    lo[0] = -np.inf  # one half-bounded control
+    k_warm = 0.2 * rng.normal(size=(T, m))
+    clamped = 0
+    for mu in (0.0, 1e-3, 2.0):
+        for bounded in (True, False):
+            dlo, dhi = (lo - U, hi - U) if bounded else (np.full((T, m), -np.inf), np.full((T, m), np.inf))
+            ref = _backward_pass(lin, mu, s, dlo, dhi, bounded, k_warm, compiled=False)
+            got = _backward_pass(lin, mu, s, dlo, dhi, bounded, k_warm)
+            assert ref.ok and got.ok
+            scale = np.abs(ref.K).max()
+            np.testing.assert_allclose(got.k, ref.k, rtol=0, atol=1e-10 * max(1.0, np.abs(ref.k).max()))
+            np.testing.assert_allclose(got.K, ref.K, rtol=0, atol=1e-10 * max(1.0, scale))
+            assert got.dV1 == pytest.approx(ref.dV1, rel=1e-10)
+            assert got.dV2 == pytest.approx(ref.dV2, rel=1e-10)
+            if bounded:
+                assert np.all(got.k >= dlo - 1e-12) and np.all(got.k <= dhi + 1e-12)
+                clamped += int(np.sum(np.all(got.K == 0, axis=2)))
+    assert clamped > 0  # the box QP ran and clamped some controls (zero gain rows)
+
+
+@pytest.mark.parametrize("regularization", list(Regularization))
+def test_compiled_backward_pass_reports_non_pd_quu_like_the_reference(regularization, rng):
+    from contactopt.solvers.ilqg import _backward_pass
+
+    T, n, m = 10, 5, 3
+    s = ILQGSettings(regularization=regularization)
+    lin = _random_linearization(rng, T, n, m, regularization is Regularization.STATE)
+    lin.lzz[6, n:, n:] -= 50.0 * np.eye(m)  # Q_uu of step 6 indefinite
+    inf = np.full((T, m), np.inf)
+    ref = _backward_pass(lin, 0.0, s, -inf, inf, False, np.zeros((T, m)), compiled=False)
+    got = _backward_pass(lin, 0.0, s, -inf, inf, False, np.zeros((T, m)))
+    assert not ref.ok and not got.ok
+    assert got.failed_at == ref.failed_at == 6
+
+
+@pytest.mark.parametrize("settings", [ILQGSettings(mu_init=0.1), ILQGSettings.textbook(mu_init=0.1)],
+                         ids=["improved", "textbook"])
+def test_solve_with_compiled_backward_pass_equals_reference_solve(settings, small_model, rng, monkeypatch):
+    """A whole control-limited MuJoCo solve is unchanged (to roundoff) by the compiled backward pass."""
+    import functools
+
+    from contactopt.solvers import ilqg as ilqg_module
+
+    model = small_model
+    cost = TrajectoryCost(StageCost(model, [CostTerm(Control(model), Quadratic(), 0.001),
+                                            CostTerm(Qpos(model), Quadratic(), 50.0),
+                                            CostTerm(Qvel(model), Quadratic(), 0.1)]))
+    x0 = small_state(model, rng)
+    U0 = np.zeros((20, model.nu))
+    solver = ILQG(MujocoDynamics(model, nthread=1), cost, settings)
+    got1 = solver.solve(x0, U0, max_iterations=1)
+    got6 = solver.solve(x0, U0, max_iterations=6)
+    monkeypatch.setattr(ilqg_module, "_backward_pass",
+                        functools.partial(ilqg_module._backward_pass, compiled=False))
+    ref1 = solver.solve(x0, U0, max_iterations=1)
+    ref6 = solver.solve(x0, U0, max_iterations=6)
+    # control limits are active: clamped controls (zero gain rows) already in the first pass
+    assert np.all(ref1.K == 0, axis=2).any() and np.isclose(np.abs(ref6.U), [[2.0, 1.0]]).any()
+    # one iteration: identical to roundoff
+    np.testing.assert_allclose(got1.U, ref1.U, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got1.K, ref1.K, rtol=0, atol=1e-12 * max(1.0, np.abs(ref1.K).max()))
+    assert got1.cost == pytest.approx(ref1.cost, rel=1e-13)
+    # later iterations re-linearize by finite differences (eps = 1e-6), which amplifies the
+    # 1e-15 differences to ~1e-7 in U; the decisions and the cost stay the same
+    assert [l.alpha for l in got6.iterations] == [l.alpha for l in ref6.iterations]
+    assert [l.backward_restarts for l in got6.iterations] == [l.backward_restarts for l in ref6.iterations]
+    np.testing.assert_allclose(got6.U, ref6.U, rtol=0, atol=1e-5)
+    assert got6.cost == pytest.approx(ref6.cost, rel=1e-9)

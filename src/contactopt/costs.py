@@ -53,7 +53,11 @@ the state terms of the running cost counted as one more step (the seed paper's
 Euclidean test systems) has no time step; its weights already include it.
 
 MuJoCo work per stage: ``mj_kinematics`` + ``mj_comPos`` (positions, frames,
-subtree centres of mass) — nothing else.  A :class:`UserResidual` that needs
+subtree centres of mass) — nothing else.  The built-in residuals except :class:`Qpos`
+(and :class:`CenterOfMassVelocity` with its finite-difference position block) are
+evaluated for all stages of a trajectory at once from per-stage copies of the
+positions and Jacobians they need (:meth:`Residual.batch_requests`); the others stage
+by stage.  A :class:`UserResidual` that needs
 more (contacts, sensors) may call further MuJoCo stages on the ``data`` it is
 given.  Cost objects own a scratch ``MjData`` and are not thread-safe; use one
 per thread.
@@ -351,6 +355,33 @@ class Residual(abc.ABC):
           (always None when ``jacobian`` is false).
         """
 
+    def batch_requests(self, jacobian: bool):
+        """Per-stage MuJoCo quantities this residual needs to be evaluated over all stages at once.
+
+        Returns a tuple of request keys (gathered by ``_evaluate_stages``: ``("site_xpos", id)``,
+        ``("xpos", id)``, ``("xipos", id)``, ``("subtree_com", id)`` → ``(N, 3)`` arrays;
+        ``("jac_site", id)``, ``("jac_body", id)``, ``("jac_bodycom", id)``,
+        ``("jac_subtreecom", id)`` → ``(N, 3, nv)`` translational Jacobians), or None when
+        the residual can only be evaluated stage by stage with :meth:`evaluate` (the default).
+        A subclass that overrides :meth:`evaluate` but not :meth:`batch_evaluate` is
+        evaluated stage by stage (its own :meth:`evaluate` wins).
+        """
+        return None
+
+    def batch_evaluate(self, kin: dict, X: np.ndarray, U: np.ndarray | None, jacobian: bool):
+        """:meth:`evaluate` over ``N`` stages at once (only if :meth:`batch_requests` is not None).
+
+        Args:
+          kin: the gathered requests, ``key → (N, 3)`` or ``(N, 3, nv)`` arrays.
+          X: ``(N, nx)`` states; U: ``(N, nu)`` controls or None.
+          jacobian: whether to return Jacobians.
+
+        Returns:
+          ``(R (N, m), J_x (N, m, ndx) | None, J_u (N, m, nu) | None)`` with the same
+          values as :meth:`evaluate` stage by stage (to roundoff).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no batched evaluation")
+
     def __call__(self, x, u=None) -> np.ndarray:
         """Evaluate ``r(x, u)`` on a fresh ``MjData`` (convenience; slow in loops)."""
         data = mujoco.MjData(self.model)
@@ -365,6 +396,22 @@ class Residual(abc.ABC):
 
     def __repr__(self) -> str:  # pragma: no cover - cosmetic
         return f"{type(self).__name__}(name={self.name!r}, size={self.size})"
+
+
+def _defining_class(cls, name):
+    for c in cls.__mro__:
+        if name in c.__dict__:
+            return c
+    return object
+
+
+def _batch_requests(residual: Residual, jacobian: bool):
+    """``residual.batch_requests(jacobian)``, or None where a subclass overrode ``evaluate``
+    below the class that implements ``batch_evaluate`` (the batch would bypass it)."""
+    cls = type(residual)
+    if not issubclass(_defining_class(cls, "batch_evaluate"), _defining_class(cls, "evaluate")):
+        return None
+    return residual.batch_requests(jacobian)
 
 
 def _load_state(model, data, x, argname):
@@ -394,6 +441,12 @@ class _PointResidual(Residual):
     def _jacobian(self, data) -> None:  # pragma: no cover - abstract helper
         raise NotImplementedError
 
+    #: (point request, Jacobian request) kinds of :meth:`batch_requests`, set by subclasses
+    _request_kinds: tuple[str, str] | None = None
+
+    def _request_id(self) -> int:  # pragma: no cover - abstract helper
+        raise NotImplementedError
+
     def evaluate(self, data, x, u, jacobian):
         r = self._point(data)[self.axes] - self.target[self.axes]
         if not jacobian:
@@ -401,6 +454,23 @@ class _PointResidual(Residual):
         self._jacobian(data)
         jx = np.zeros((self.size, self.ndx))
         jx[:, :self.nv] = self._jac[self.axes]
+        return r, jx, None
+
+    def batch_requests(self, jacobian):
+        if self._request_kinds is None:
+            return None
+        point, jac = self._request_kinds
+        i = self._request_id()
+        return ((point, i), (jac, i)) if jacobian else ((point, i),)
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        point, jac = self._request_kinds
+        i = self._request_id()
+        r = kin[(point, i)][:, self.axes] - self.target[self.axes]
+        if not jacobian:
+            return r, None, None
+        jx = np.zeros((X.shape[0], self.size, self.ndx))
+        jx[:, :, :self.nv] = kin[(jac, i)][:, self.axes]
         return r, jx, None
 
 
@@ -422,6 +492,11 @@ class SitePosition(_PointResidual):
         label = name or f"site[{mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SITE, sid) or sid}]"
         super().__init__(model, 3, label, axes, target)
         self.site_id = sid
+
+    _request_kinds = ("site_xpos", "jac_site")
+
+    def _request_id(self):
+        return self.site_id
 
     def _point(self, data):
         return data.site_xpos[self.site_id]
@@ -454,6 +529,13 @@ class BodyPosition(_PointResidual):
         self.body_id = bid
         self.point = point
 
+    def _request_id(self):
+        return self.body_id
+
+    @property
+    def _request_kinds(self):
+        return ("xpos", "jac_body") if self.point == "origin" else ("xipos", "jac_bodycom")
+
     def _point(self, data):
         return data.xpos[self.body_id] if self.point == "origin" else data.xipos[self.body_id]
 
@@ -477,6 +559,11 @@ class CenterOfMass(_PointResidual):
                          f"com[{mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, bid) or bid}]")
         super().__init__(model, 3, label, axes, target)
         self.body_id = bid
+
+    _request_kinds = ("subtree_com", "jac_subtreecom")
+
+    def _request_id(self):
+        return self.body_id
 
     def _point(self, data):
         return data.subtree_com[self.body_id]
@@ -551,6 +638,22 @@ class CenterOfMassVelocity(Residual):
                 mujoco.mj_comPos(m, s)
                 mujoco.mj_jacSubtreeCom(m, s, self._jac, self.body_id)
                 jx[:, j] = ((self._jac @ v)[self.axes] - vel0) / eps
+        return r, jx, None
+
+    def batch_requests(self, jacobian):
+        if jacobian and self.position_jacobian:
+            return None  # the finite-difference ∂r/∂dq block runs stage by stage
+        return (("jac_subtreecom", self.body_id),)
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        nq, nv = self.model.nq, self.nv
+        jac = kin[("jac_subtreecom", self.body_id)]                       # (N, 3, nv)
+        vel = np.matmul(jac, X[:, nq:nq + nv, None])[:, :, 0]             # (N, 3)
+        r = vel[:, self.axes] - self.target[self.axes]
+        if not jacobian:
+            return r, None, None
+        jx = np.zeros((X.shape[0], self.size, self.ndx))
+        jx[:, :, nv:2 * nv] = jac[:, self.axes]
         return r, jx, None
 
 
@@ -657,6 +760,15 @@ class Qvel(Residual):
         r = x[nq + self.dofs] - self.target
         return (r, self._jx.copy(), None) if jacobian else (r, None, None)
 
+    def batch_requests(self, jacobian):
+        return ()
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        r = X[:, self.model.nq + self.dofs] - self.target
+        if not jacobian:
+            return r, None, None
+        return r, np.broadcast_to(self._jx, (X.shape[0],) + self._jx.shape).copy(), None
+
 
 class Control(Residual):
     """Control error ``r = u[actuators] − target`` (actuator units, e.g. N·m or normalized).
@@ -688,6 +800,15 @@ class Control(Residual):
     def evaluate(self, data, x, u, jacobian):
         r = u[self.actuators] - self.target
         return (r, None, self._ju.copy()) if jacobian else (r, None, None)
+
+    def batch_requests(self, jacobian):
+        return ()
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        r = U[:, self.actuators] - self.target
+        if not jacobian:
+            return r, None, None
+        return r, None, np.broadcast_to(self._ju, (U.shape[0],) + self._ju.shape).copy()
 
 
 class Combination(Residual):
@@ -743,6 +864,33 @@ class Combination(Residual):
                 if jui is not None:
                     if ju is None:
                         ju = np.zeros((self.size, self.nu))
+                    ju += c * jui
+        return r, jx, ju
+
+    def batch_requests(self, jacobian):
+        keys = []
+        for _, res in self.parts:
+            req = _batch_requests(res, jacobian)
+            if req is None:
+                return None
+            keys.extend(k for k in req if k not in keys)
+        return tuple(keys)
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        N = X.shape[0]
+        r = np.empty((N, self.size))
+        r[:] = -self.offset
+        jx = np.zeros((N, self.size, self.ndx)) if jacobian else None
+        ju = None
+        for c, res in self.parts:
+            ri, jxi, jui = res.batch_evaluate(kin, X, U, jacobian)
+            r += c * ri
+            if jacobian:
+                if jxi is not None:
+                    jx += c * jxi
+                if jui is not None:
+                    if ju is None:
+                        ju = np.zeros((N, self.size, self.nu))
                     ju += c * jui
         return r, jx, ju
 
@@ -951,12 +1099,39 @@ class StageCost:
         return f"StageCost({inner})"
 
 
+_POINT_KINDS = ("site_xpos", "xpos", "xipos", "subtree_com")
+
+
+def _jac_site(m, d, out, i):
+    mujoco.mj_jacSite(m, d, out, None, i)
+
+
+def _jac_body(m, d, out, i):
+    mujoco.mj_jacBody(m, d, out, None, i)
+
+
+def _jac_bodycom(m, d, out, i):
+    mujoco.mj_jacBodyCom(m, d, out, None, i)
+
+
+def _jac_subtreecom(m, d, out, i):
+    mujoco.mj_jacSubtreeCom(m, d, out, i)
+
+
+_JAC_KINDS = {"jac_site": _jac_site, "jac_body": _jac_body, "jac_bodycom": _jac_bodycom,
+              "jac_subtreecom": _jac_subtreecom}
+
+
 def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.ndarray | None,
-                     derivatives: bool, row_offset: int = 0):
+                     derivatives: bool, row_offset: int = 0, batched: bool = True):
     """Evaluate a stage cost at ``N`` states ``X (N, nx)`` and controls ``U (N, nu)`` (or None).
 
-    Residuals are computed stage by stage (MuJoCo calls); norms and the
-    Gauss-Newton products are batched over stages.
+    Per stage only the MuJoCo work is done (``mj_kinematics``, ``mj_comPos``, copies of
+    the positions and the translational Jacobians the residuals request, see
+    :meth:`Residual.batch_requests`); residuals that support it are then evaluated for
+    all stages at once (:meth:`Residual.batch_evaluate`), the others stage by stage.
+    Norms and the Gauss-Newton products are batched over stages.  ``batched=False``
+    evaluates every residual stage by stage (the reference the tests compare with).
 
     Returns ``(l (N,), lx (N, ndx), lu (N, nu), lxx (N, ndx, ndx), luu (N, nu, nu),
     lux (N, nu, ndx))`` (derivative arrays None unless ``derivatives``).
@@ -971,31 +1146,61 @@ def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
                 raise ParameterError(
                     f"cost term {t.name} depends on the control and cannot be used without one "
                     "(e.g. in a terminal cost)")
-    R = [np.empty((N, t.residual.size)) for t in terms]
+    # which terms are batched, and what they need from MuJoCo per stage
+    in_batch, per_stage, requests = [], [], []
+    for k, t in enumerate(terms):
+        req = _batch_requests(t.residual, derivatives) if batched else None
+        if req is None:
+            per_stage.append(k)
+        else:
+            in_batch.append(k)
+            requests.extend(r for r in req if r not in requests)
+    point_kinds = [kind for kind in _POINT_KINDS if any(r[0] == kind for r in requests)]
+    full = {kind: np.empty((N,) + getattr(data, kind).shape) for kind in point_kinds}
+    jacs = {r: np.empty((N, 3, model.nv)) for r in requests if r[0] in _JAC_KINDS}
+    jac_calls = [(_JAC_KINDS[r[0]], r[1], out) for r, out in jacs.items()]
+    R = [None] * len(terms)
     JX = [None] * len(terms)
     JU = [None] * len(terms)
-    if derivatives:
-        JX = [np.zeros((N, t.residual.size, ndx)) for t in terms]
-        JU = [np.zeros((N, t.residual.size, nu)) if t.residual.uses_control else None for t in terms]
+    for k in per_stage:
+        t = terms[k]
+        R[k] = np.empty((N, t.residual.size))
+        if derivatives:
+            JX[k] = np.zeros((N, t.residual.size, ndx))
+            JU[k] = np.zeros((N, t.residual.size, nu)) if t.residual.uses_control else None
     nq, nv = model.nq, model.nv
-    for i in range(N):
-        x = X[i]
-        data.qpos[:] = x[:nq]
-        data.qvel[:] = x[nq:nq + nv]
-        if model.na:
-            data.act[:] = x[nq + nv:]
-        if terms:
+    if terms and (per_stage or point_kinds or jac_calls):
+        for i in range(N):
+            x = X[i]
+            data.qpos[:] = x[:nq]
+            data.qvel[:] = x[nq:nq + nv]
+            if model.na:
+                data.act[:] = x[nq + nv:]
             mujoco.mj_kinematics(model, data)
             mujoco.mj_comPos(model, data)
-        u = None if U is None else U[i]
-        for k, t in enumerate(terms):
-            r, jx, ju = t.residual.evaluate(data, x, u, derivatives)
-            R[k][i] = r
+            for kind in point_kinds:
+                full[kind][i] = getattr(data, kind)
+            for fn, oid, out in jac_calls:
+                fn(model, data, out[i], oid)
+            u = None if U is None else U[i]
+            for k in per_stage:
+                r, jx, ju = terms[k].residual.evaluate(data, x, u, derivatives)
+                R[k][i] = r
+                if derivatives:
+                    if jx is not None:
+                        JX[k][i] = jx
+                    if ju is not None and JU[k] is not None:
+                        JU[k][i] = ju
+    if in_batch:
+        kin = {r: full[r[0]][:, r[1]] for r in requests if r[0] in full}
+        kin.update(jacs)
+        for k in in_batch:
+            res = terms[k].residual
+            r, jx, ju = res.batch_evaluate(kin, X, U, derivatives)
+            R[k] = np.asarray(r, dtype=float).reshape(N, res.size)
             if derivatives:
-                if jx is not None:
-                    JX[k][i] = jx
-                if ju is not None and JU[k] is not None:
-                    JU[k][i] = ju
+                JX[k] = jx                     # None: identically zero (skipped below)
+                JU[k] = ju if res.uses_control else None
     for k, t in enumerate(terms):
         if not np.all(np.isfinite(R[k])):
             i = int(np.argwhere(~np.isfinite(R[k]))[0][0])
@@ -1020,21 +1225,23 @@ def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
         r = R[k]
         l += w * t.norm.value(r)
         g = w * t.norm.gradient(r)                      # (N, m)
-        jx, ju = JX[k], JU[k]
+        jx, ju = JX[k], JU[k]                           # None = zero Jacobian
         if t.norm.diagonal_hessian:
             h = w * t.norm.hessian_diagonal(r)          # (N, m)
-            hjx = h[:, :, None] * jx                    # (N, m, ndx)
+            hjx = None if jx is None else h[:, :, None] * jx    # (N, m, ndx)
             hju = None if ju is None else h[:, :, None] * ju
         else:
             H = w * t.norm.hessian(r)                   # (N, m, m)
-            hjx = H @ jx
+            hjx = None if jx is None else H @ jx
             hju = None if ju is None else H @ ju
-        lx += np.einsum("nmi,nm->ni", jx, g)
-        lxx += np.swapaxes(jx, 1, 2) @ hjx
+        if jx is not None:
+            lx += np.einsum("nmi,nm->ni", jx, g)
+            lxx += np.swapaxes(jx, 1, 2) @ hjx
         if ju is not None:
             lu += np.einsum("nmi,nm->ni", ju, g)
             luu += np.swapaxes(ju, 1, 2) @ hju
-            lux += np.swapaxes(ju, 1, 2) @ hjx
+            if jx is not None:
+                lux += np.swapaxes(ju, 1, 2) @ hjx
     return l, lx, lu, lxx, luu, lux
 
 

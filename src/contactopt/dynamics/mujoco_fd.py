@@ -38,11 +38,7 @@ _BAD_WARNINGS = (
     int(mujoco.mjtWarning.mjWARN_BADQACC),
     int(mujoco.mjtWarning.mjWARN_BADCTRL),
 )
-
-
-def _warning_count(data: mujoco.MjData) -> int:
-    w = data.warning
-    return sum(w[i].number for i in _BAD_WARNINGS)
+_BAD_WARNINGS_IDX = np.array(_BAD_WARNINGS, dtype=np.intp)
 
 
 class MujocoDynamics:
@@ -208,34 +204,43 @@ class MujocoDynamics:
         hi = self.control_upper if upper is None else np.asarray(upper, dtype=float)
         clip = bool(np.any(np.isfinite(lo)) or np.any(np.isfinite(hi)))
         m, d = self.model, self._data
-        nq, nv = self.nq, self.nv
+        nq, nv, na = self.nq, self.nv, self.na
         X = np.empty((T + 1, self.nx))
         Ua = np.empty((T, self.nu))
         X[0] = x0
         self._set_state(d, x0)
         d.qacc_warmstart[:] = 0.0
         d.time = 0.0
-        for w in _BAD_WARNINGS:
-            d.warning[w].number = 0
+        warn_count = d.warning.number        # live view of the warning counters
+        warn_count[_BAD_WARNINGS_IDX] = 0
+        # the hot loop: MjData arrays bound once (they are views of the data's memory)
+        qpos, qvel, act, ctrl = d.qpos, d.qvel, d.act, d.ctrl
         dx = np.empty(self.ndx)
-        dq = np.empty(nv)
+        dq = dx[:nv]
+        dv = dx[nv:2 * nv]
+        da = dx[2 * nv:]
         for i in range(T):
             u = U[i]
             if K is not None:
                 xr = X_ref[i]
-                mujoco.mj_differentiatePos(m, dq, 1.0, xr[:nq], d.qpos)
-                dx[:nv] = dq
-                dx[nv:2 * nv] = d.qvel - xr[nq:nq + nv]
-                if self.na:
-                    dx[2 * nv:] = d.act - xr[nq + nv:]
+                mujoco.mj_differentiatePos(m, dq, 1.0, xr[:nq], qpos)
+                np.subtract(qvel, xr[nq:nq + nv], out=dv)
+                if na:
+                    np.subtract(act, xr[nq + nv:], out=da)
                 u = u + K[i] @ dx
+            ui = Ua[i]
             if clip:
-                u = np.minimum(np.maximum(u, lo), hi)
-            Ua[i] = u
-            d.ctrl[:] = u
+                np.minimum(np.maximum(u, lo), hi, out=ui)
+            else:
+                ui[:] = u
+            ctrl[:] = ui
             mujoco.mj_step(m, d)
-            self._get_state(d, X[i + 1])
-            if _warning_count(d) or not np.isfinite(X[i + 1, nq:nq + nv]).all():
+            xi = X[i + 1]
+            xi[:nq] = qpos
+            xi[nq:nq + nv] = qvel
+            if na:
+                xi[nq + nv:] = act
+            if warn_count[_BAD_WARNINGS_IDX].any() or not np.isfinite(xi[nq:nq + nv]).all():
                 X[i + 1:] = np.nan
                 Ua[i + 1:] = np.nan
                 return RolloutResult(X, Ua, True, i)

@@ -45,6 +45,13 @@ reused) and decreases after every accepted step.
 The textbook variant (control regularization + standard value update) is
 ``ILQGSettings.textbook()``.
 
+The backward pass runs as one compiled (numba) kernel,
+:mod:`contactopt.solvers._ilqg_kernels`, which evaluates the same expressions with the
+same BLAS/LAPACK routines as the Python reference (``_backward_pass_reference`` with
+:func:`solve_box_qp`), so both give the same plan to roundoff (bit for bit on the
+machines tested).  The first call in a fresh environment compiles it (numba caches
+the result next to the module).
+
 For model-predictive control, :meth:`ILQG.solve_from_warm_start` shifts the previous
 plan in time, rolls it out from the new state under the previous feedback gains,
 and continues with the previous μ.
@@ -83,6 +90,7 @@ from scipy.linalg import lapack
 from ..costs import CostDerivatives, TrajectoryCostLike
 from ..dynamics import Dynamics, check_control_limits
 from ..errors import NonFiniteError, ParameterError, as_array
+from . import _ilqg_kernels as _kernels
 
 __all__ = [
     "Regularization",
@@ -572,8 +580,34 @@ class _Linearization:
 
 
 def _backward_pass(lin: _Linearization, mu: float, settings: ILQGSettings,
-                   du_lower, du_upper, bounded: bool, k_warm) -> _BackwardResult:
+                   du_lower, du_upper, bounded: bool, k_warm, *, compiled: bool = True) -> _BackwardResult:
     """Riccati-like sweep of iLQG (eq. 5, 9/10, 11/7) with box-constrained feedforward steps.
+
+    ``compiled`` (default) runs the numba kernel
+    :func:`~contactopt.solvers._ilqg_kernels.backward_pass_kernel`; ``compiled=False`` the
+    Python reference :func:`_backward_pass_reference` (same algorithm, same results to
+    roundoff; the tests compare the two).
+    """
+    if not compiled:
+        return _backward_pass_reference(lin, mu, settings, du_lower, du_upper, bounded, k_warm)
+    T, n, m = lin.T, lin.n, lin.m
+    FtF = lin.FtF if lin.FtF is not None else lin.lzz
+    f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731 - one kernel signature
+    ok, failed_at, k, K, dV1, dV2 = _kernels.backward_pass_kernel(
+        f64(lin.F), f64(lin.lz), f64(lin.lzz), f64(FtF), f64(lin.Vx_T), f64(lin.Vxx_T), float(mu),
+        settings.regularization is Regularization.STATE,
+        settings.value_update is ValueUpdate.IMPROVED,
+        np.ascontiguousarray(du_lower, dtype=float).reshape(T, m),
+        np.ascontiguousarray(du_upper, dtype=float).reshape(T, m), bool(bounded),
+        np.ascontiguousarray(k_warm, dtype=float).reshape(T, m), int(settings.box_qp_max_iterations))
+    if not ok:
+        return _BackwardResult(False, int(failed_at))
+    return _BackwardResult(True, -1, k, K, float(dV1), float(dV2))
+
+
+def _backward_pass_reference(lin: _Linearization, mu: float, settings: ILQGSettings,
+                             du_lower, du_upper, bounded: bool, k_warm) -> _BackwardResult:
+    """Python reference of :func:`_backward_pass` (one box QP per saturated step via :func:`solve_box_qp`).
 
     Args:
       lin: the packed derivatives (:class:`_Linearization`).
