@@ -165,11 +165,13 @@ def test_fallen_and_recovered_tests(plant):
 
 @pytest.mark.slow
 def test_humanoid_recovers_from_a_forward_push():
-    """A 40 N·s forward shove (0.73 m/s on the CoM): the MPC steps and stands again, never falling."""
+    """A 25 N·s forward shove (the task's impulse, 0.46 m/s on the CoM): the MPC takes it and
+    stands again, never falling.  Robust to roundoff (1e-9 perturbations of the start: 4 of 4);
+    a 40 N·s shove is recovered or not depending on roundoff, so it is not asserted."""
     from contactopt.mpc import Push
     from contactopt.tasks.mpc_task import run_ilqg_task
 
-    push = Push(hg.PUSH_TIME, 0.1, "torso", (400.0, 0.0, 0.0))
+    push = Push(hg.PUSH_TIME, 0.1, "torso", (hg.PUSH_IMPULSE / 0.1, 0.0, 0.0))
     result, plant = run_ilqg_task(hg.HUMANOID_PUSH, seed=0, lag=0.03, pushes=(push,), seconds=3.5,
                                   stop_on_success=True)
     assert result.time_of_failure is None, result.summary()
@@ -177,4 +179,4 @@ def test_humanoid_recovers_from_a_forward_push():
     d = mujoco.MjData(plant)
     d.qpos[:] = result.qpos[-1]
     mujoco.mj_kinematics(plant, d)
-    assert d.body("torso").xpos[0] - result.qpos[0, 0] > 0.1  # the push moved it: it had to step
+    assert d.body("torso").xpos[0] - result.qpos[0, 0] > 0.1  # the push moved it (0.24–0.45 m seen)
