@@ -219,6 +219,12 @@ def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0
     """
     from ..mpc import MPCSettings, perturb_model, run_mpc
 
+    bad = set(overrides) - set(IDTOTask.__dataclass_fields__)
+    if bad:
+        raise ParameterError(f"unknown IDTO task option(s): {', '.join(sorted(bad))}")
+    if overrides:  # the plant side (success, metric, failure, lag, ...) sees them too
+        import dataclasses
+        task = dataclasses.replace(task, **overrides)
     seconds = task.default_seconds if seconds is None else float(seconds)
     if not (math.isfinite(seconds) and seconds > 0):
         raise ParameterError(f"seconds must be positive, got {seconds}")
@@ -229,7 +235,7 @@ def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0
     task.initial_state(plant, data, np.random.default_rng(seed))
     mujoco.mj_forward(plant, data)
     x0 = np.concatenate([data.qpos, data.qvel])
-    planner = build_idto_planner(task, _load(task.model), **overrides)
+    planner = build_idto_planner(task, _load(task.model))
     settings = MPCSettings(duration=seconds, mode=mode, lag=task.lag if lag is None else lag,
                            update_period=task.update_period if update_period is None else float(update_period),
                            slowdown=slowdown, pushes=tuple(pushes), success_hold=task.success_hold,
