@@ -553,6 +553,22 @@ def _take2(buf, o, n, m):
     return buf[o:o + n * m].reshape((n, m)), o + n * m
 
 
+@njit(cache=True, error_model="numpy")
+def _cost_blocks(costbuf, km, kd, m1, nv):
+    """Views of the packed cost buffer: mass-weighted targets (``km``), diagonal terms
+    (``kd``), first-order acceleration terms (``m1``); returns them and the next offset."""
+    o = 0
+    mass_w, o = _take(costbuf, o, km)
+    mass_t, o = _take2(costbuf, o, km, nv)
+    diag_w, o = _take(costbuf, o, kd)
+    diag_m, o = _take2(costbuf, o, kd, nv)
+    diag_t, o = _take2(costbuf, o, kd, nv)
+    Ka1, o = _take2(costbuf, o, m1, nv)
+    e1, o = _take(costbuf, o, m1)
+    wa, o = _take(costbuf, o, m1)
+    return mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, o
+
+
 # ---------------------------------------------------------------- objective
 
 
@@ -1696,15 +1712,7 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     kd = iparams[IPAR_KD]
     m1 = iparams[IPAR_M1]
     m2 = iparams[IPAR_M2]
-    o = 0
-    mass_w, o = _take(costbuf, o, km)
-    mass_t, o = _take2(costbuf, o, km, nv)
-    diag_w, o = _take(costbuf, o, kd)
-    diag_m, o = _take2(costbuf, o, kd, nv)
-    diag_t, o = _take2(costbuf, o, kd, nv)
-    Ka1, o = _take2(costbuf, o, m1, nv)
-    e1, o = _take(costbuf, o, m1)
-    wa, o = _take(costbuf, o, m1)
+    mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, o = _cost_blocks(costbuf, km, kd, m1, nv)
     Ka2, o = _take2(costbuf, o, m2, nv)
     e2, o = _take(costbuf, o, m2)
     wf, o = _take(costbuf, o, m2)
@@ -2430,15 +2438,7 @@ def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
     km = dims[0]
     kd = dims[1]
     m1 = dims[2]
-    o = 0
-    mass_w, o = _take(costbuf, o, km)
-    mass_t, o = _take2(costbuf, o, km, nv)
-    diag_w, o = _take(costbuf, o, kd)
-    diag_m, o = _take2(costbuf, o, kd, nv)
-    diag_t, o = _take2(costbuf, o, kd, nv)
-    Ka1, o = _take2(costbuf, o, m1, nv)
-    e1, o = _take(costbuf, o, m1)
-    wa, o = _take(costbuf, o, m1)
+    mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, _ = _cost_blocks(costbuf, km, kd, m1, nv)
     qv = doff[DO_QVEL]
     to = si[SI_TERMS]
     for t in range(si[SI_NTERM]):
