@@ -6,9 +6,9 @@ import mujoco
 import numpy as np
 import pytest
 
-from contactopt.idto import IDTOProblem, SolverOptions, SolverResult, SolverStatus
+from contactopt.idto import IDTOProblem, SolverResult, SolverStatus
 from contactopt.model import actuation_map, load_model
-from contactopt.mpc import MPCSettings, PlannerUpdate, run_mpc
+from contactopt.mpc import PlannerUpdate
 from contactopt.mpc.idto_planner import IDTOPlanner, IDTOPolicy, feedforward_controls, resample_trajectory
 
 

@@ -34,7 +34,6 @@ from contactopt.solvers import (
     ValueUpdate,
     decrease_regularization,
     increase_regularization,
-    shift_plan,
     solve_box_qp,
 )
 

@@ -280,7 +280,7 @@ class CostArrays:
 
     def term_model(self, i: int, problem: GDDProblem) -> TermModel:
         """The weighted :class:`TermModel` of term ``i`` from the filled data."""
-        t, sl, (kind, a, b) = self.terms[i], self.slots[i], self.index[i]
+        sl, (kind, a, _) = self.slots[i], self.index[i]
         w = self._weights_of(kind)[a]
         if kind == "mass":
             Mt = problem.M @ sl.target

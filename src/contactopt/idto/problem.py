@@ -748,7 +748,7 @@ class IDTOProblem:
         return self._linearize(q)
 
     def _linearize(self, q) -> Linearization:
-        T, nv = self.T, self.nv
+        T = self.T
         if self.backend == "compliant" and self.analytic_chain_rule:
             return self._linearize_compliant(q)
         t0 = time.perf_counter()

@@ -590,7 +590,7 @@ def _backward_pass(lin: _Linearization, mu: float, settings: ILQGSettings,
     """
     if not compiled:
         return _backward_pass_reference(lin, mu, settings, du_lower, du_upper, bounded, k_warm)
-    T, n, m = lin.T, lin.n, lin.m
+    T, m = lin.T, lin.m
     FtF = lin.FtF if lin.FtF is not None else lin.lzz
     f64 = lambda a: np.ascontiguousarray(a, dtype=np.float64)  # noqa: E731 - one kernel signature
     ok, failed_at, k, K, dV1, dV2 = _kernels.backward_pass_kernel(
