@@ -33,7 +33,8 @@ steps faster than the planner, one iLQG iteration per update.
     joints ±0.3 rad — i.e. the target is at a random distance and bearing relative to the
     swimmer.  Success: nose within 0.12 m of the target, within 30 s.
 
-``hopper-hop`` (NOT yet solved in real time: 0/10 at slowdown 1; ~3/5 at slowdown 4)
+``hopper-hop`` (NOT yet solved in real time: it hops 3.7 m in 6 s without falling with a fixed
+10 ms policy lag (seed 0), but falls with the real-time lag of 17–28 ms on seeds 0–2)
     plant 5 ms, planner 10 ms, both with the soft contact ``solref (0.02, 1)``,
     ``solimp (0, 0.95, 0.02, 0.5, 2)`` (with the model file's stiff foot contact the closed
     loop falls even at slowdown 4: the plan's impulsive 10 ms pushes do not transfer);
