@@ -392,13 +392,7 @@ class IDTOProblem:
           ``(τ (nv,), F_contact (nv,))`` or ``(τ, F_contact, M)``.
         """
         m, d = self._m, self._data()
-        d.qpos[:] = q_next
-        d.qvel[:] = v_next
-        mujoco.mj_fwdPosition(m, d)
-        mujoco.mj_fwdVelocity(m, d)
-        Ma = np.empty(self.nv)
-        mujoco.mj_mulM(m, d, Ma, a)
-        tau = Ma + d.qfrc_bias - d.qfrc_passive
+        tau = self._rigid_terms(q_next, v_next, a)  # leaves d at (q', v')
         fc = np.zeros(self.nv)
         if self.contact is not None:
             fc = self.contact.forces(d, v_next).generalized
