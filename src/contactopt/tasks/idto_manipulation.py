@@ -182,8 +182,12 @@ def rotate_toward(q, q_target, max_angle: float) -> np.ndarray:
         raise ParameterError(f"max_angle must be >= 0, got {max_angle!r}")
     q = _quat("q", q)
     angle, axis = _relative(q, q_target)
-    step = min(max_angle, angle)
-    out = quat_multiply(quat_from_axis_angle(axis, step), q)
+    return _turn(q, axis, min(max_angle, angle))
+
+
+def _turn(q, axis, angle):
+    """Unit ``exp(angle · axis) ⊗ q`` for a unit ``q (4,)`` and unit ``axis (3,)``."""
+    out = quat_multiply(quat_from_axis_angle(axis, angle), q)
     return out / np.linalg.norm(out)
 
 
@@ -230,15 +234,13 @@ def pose_ramp(model: mujoco.MjModel, q_rest, qadr: int, pos, quat, target_pos, t
     d = target_pos - pos
     dist = float(np.linalg.norm(d))
     q = np.tile(q_rest, (T + 1, 1))
+    quat = _quat("quat", quat)
+    angle, axis = _relative(quat, target_quat)  # once: the arc is the same for every knot
     for k in range(T + 1):
         s = k * h
         q[k, qadr:qadr + 3] = pos + (d * min(1.0, speed * s / dist) if dist > 0 else 0.0)
-        q[k, qadr + 3:qadr + 7] = rotate_toward(quat, target_quat, spin * s)
-    v = np.zeros((T + 1, model.nv))
-    for k in range(1, T + 1):
-        mujoco.mj_differentiatePos(model, v[k], h, q[k - 1], q[k])
-    v[0] = v[1]
-    return q, v
+        q[k, qadr + 3:qadr + 7] = _turn(quat, axis, min(spin * s, angle))
+    return q, _finite_velocity(model, q, h)
 
 
 # =========================================================================== hand-ball
