@@ -158,6 +158,8 @@ def mixed_residuals(model):
         CenterOfMassVelocity(model, "elbow", axes=[0, 2]),
         Qpos(model, target_q),
         Qpos(model, target_q, joints=["ball", "slide"]),
+        Qpos(model, target_q, joints=["hinge", "slide", "h2"]),  # plain coordinates: batched
+        Qpos(model, target_q, dofs=[2, 0]),  # a free joint's translation: batched
         Qvel(model, np.arange(3.0), dofs=[0, 4, 7]),
         Control(model, [0.1, 0.2], actuators=["hinge_motor", "tendon_motor"]),
         Combination([(1.0, CenterOfMass(model)), (-0.5, SitePosition(model, "tip")),
@@ -469,8 +471,9 @@ def test_batched_residuals_equal_stage_by_stage_evaluation(mixed_model, rng):
                 want = np.stack([np.zeros((res.size, size)) if x[k] is None else x[k] for x in ref])
                 got = np.zeros_like(want) if got is None else got
                 np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14, err_msg=res.name)
-    # only Qpos, UserResidual, the Combination holding them and the FD COM velocity stay per stage
-    assert nbatched >= 2 * 8
+    # only Qpos with a rotation DoF, UserResidual, the Combination holding them and the FD COM
+    # velocity stay per stage
+    assert nbatched >= 2 * 10
 
 
 def test_batched_stage_cost_equals_stage_by_stage_reference(mixed_model, rng):

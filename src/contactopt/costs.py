@@ -693,6 +693,13 @@ class Qpos(Residual):
             elif jt == int(mujoco.mjtJoint.mjJNT_BALL):
                 self._rot.append(adr)
         self._diff = np.zeros(model.nv)
+        # batched over stages when every selected DoF is a plain coordinate (hinge, slide or a
+        # free joint's translation): there ``(q ⊖ q_target)_dof = q[qadr] − q_target[qadr]`` and
+        # the Jacobian row is the unit vector of the DoF
+        self._qidx = _linear_qpos_index(model, self.dofs)
+        if self._qidx is not None:
+            self._jx = np.zeros((self.size, self.ndx))
+            self._jx[np.arange(self.size), self.dofs] = 1.0
 
     def evaluate(self, data, x, u, jacobian):
         nq, nv = self.model.nq, self.nv
@@ -706,6 +713,32 @@ class Qpos(Residual):
         jx = np.zeros((self.size, self.ndx))
         jx[:, :nv] = jq[self.dofs]
         return r, jx, None
+
+    def batch_requests(self, jacobian):
+        return None if self._qidx is None else ()
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        r = X[:, self._qidx] - self.target[self._qidx]
+        if not jacobian:
+            return r, None, None
+        return r, np.broadcast_to(self._jx, (X.shape[0],) + self._jx.shape).copy(), None
+
+
+def _linear_qpos_index(model, dofs):
+    """``(len(dofs),)`` qpos index of each DoF when all are plain coordinates (hinge, slide, free
+    translation), else None (a ball or free rotation DoF: quaternion difference)."""
+    out = np.empty(dofs.size, dtype=int)
+    for k, dof in enumerate(dofs):
+        j = int(model.dof_jntid[dof])
+        jt = int(model.jnt_type[j])
+        off = int(dof) - int(model.jnt_dofadr[j])
+        if jt in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
+            out[k] = model.jnt_qposadr[j]
+        elif jt == int(mujoco.mjtJoint.mjJNT_FREE) and off < 3:
+            out[k] = model.jnt_qposadr[j] + off
+        else:
+            return None
+    return out
 
 
 def _so3_right_jacobian_inverse(phi: np.ndarray) -> np.ndarray:
