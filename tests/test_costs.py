@@ -8,6 +8,7 @@ import pytest
 from contactopt import ParameterError, ShapeError, NonFiniteError, load_model, state_integrate
 from contactopt.costs import (
     L2,
+    OneSidedQuadratic,
     BodyPosition,
     CenterOfMass,
     CenterOfMassVelocity,
@@ -120,6 +121,30 @@ def test_norm_closed_forms():
     # cosh overflows to inf rather than NaN
     with np.errstate(all="raise"):
         assert np.isinf(Cosh(0.01).value(np.array([100.0])))
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_one_sided_quadratic_is_a_soft_bound(upper, rng):
+    """Zero on the allowed side, ½ r² beyond; gradient and Hessian against finite differences."""
+    norm = OneSidedQuadratic(upper=upper)
+    R = rng.normal(scale=1.5, size=(7, 4))
+    R[np.abs(R) < 1e-3] = 0.5  # keep the finite differences off the kink at 0
+    bad = R > 0 if upper else R < 0
+    np.testing.assert_allclose(norm.value(R), 0.5 * np.sum(np.where(bad, R, 0.0) ** 2, axis=-1))
+    np.testing.assert_array_equal(norm.hessian_diagonal(R), bad.astype(float))
+    eps = 1e-6
+    for n in range(R.shape[0]):
+        for j in range(R.shape[1]):
+            e = np.zeros(4)
+            e[j] = eps
+            fd_g = (norm.value(R[n] + e) - norm.value(R[n] - e)) / (2 * eps)
+            fd_h = (norm.gradient(R[n] + e) - norm.gradient(R[n] - e)) / (2 * eps)
+            assert fd_g == pytest.approx(norm.gradient(R[n])[j], rel=1e-6, abs=1e-9)
+            np.testing.assert_allclose(norm.hessian(R[n])[:, j], fd_h, atol=1e-7)
+    allowed = -np.abs(R) if upper else np.abs(R)
+    assert np.all(norm.value(allowed) == 0.0) and np.all(norm.gradient(allowed) == 0.0)
+    with pytest.raises(ParameterError, match="upper"):
+        OneSidedQuadratic(upper="yes")
 
 
 @pytest.mark.parametrize("cls", [SmoothAbs, Cosh, L2])

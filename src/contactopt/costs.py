@@ -89,6 +89,7 @@ __all__ = [
     "SmoothAbs",
     "Cosh",
     "L2",
+    "OneSidedQuadratic",
     # residuals
     "Residual",
     "SitePosition",
@@ -312,6 +313,41 @@ def _joint_dofs(model: mujoco.MjModel, joints, argname: str) -> np.ndarray:
         n = {int(mujoco.mjtJoint.mjJNT_FREE): 6, int(mujoco.mjtJoint.mjJNT_BALL): 3}.get(jt, 1)
         dofs.extend(range(adr, adr + n))
     return np.array(dofs, dtype=int)
+
+
+class OneSidedQuadratic(Norm):
+    """Soft bound, summed over components: ``n(r) = ½ Σ_j min(r_j, 0)²`` (``upper=False``:
+    penalizes ``r < 0``) or ``n(r) = ½ Σ_j max(r_j, 0)²`` (``upper=True``: penalizes ``r > 0``).
+
+    Zero on the allowed side and quadratic beyond, so with a large weight it keeps a
+    residual ``r = z − z_min`` (``upper=False``) or ``r = z − z_max`` (``upper=True``) on its
+    side without pulling it anywhere inside.  Gradient ``min(r_j, 0)`` (``max(r_j, 0)``),
+    Gauss-Newton Hessian ``diag(1 where the bound is violated, else 0)``.  Not a norm in
+    the strict sense (zero on a half-space); convex and once continuously differentiable.
+
+    Args:
+      upper: which side is penalized: False (default) ``r < 0``, True ``r > 0``.
+    """
+
+    def __init__(self, upper: bool = False):
+        if not isinstance(upper, (bool, np.bool_)):
+            raise ParameterError(f"upper must be True or False, got {upper!r}")
+        self.upper = bool(upper)
+
+    def _violation(self, r):
+        r = np.asarray(r, dtype=float)
+        return np.maximum(r, 0.0) if self.upper else np.minimum(r, 0.0)
+
+    def value(self, r):
+        v = self._violation(r)
+        return 0.5 * np.einsum("...i,...i->...", v, v)
+
+    def gradient(self, r):
+        return self._violation(r)
+
+    def hessian_diagonal(self, r):
+        r = np.asarray(r, dtype=float)
+        return ((r > 0.0) if self.upper else (r < 0.0)).astype(float)
 
 
 class Residual(abc.ABC):

@@ -33,19 +33,28 @@ steps faster than the planner, one iLQG iteration per update.
     joints ±0.3 rad — i.e. the target is at a random distance and bearing relative to the
     swimmer.  Success: nose within 0.12 m of the target, within 30 s.
 
-``hopper-hop`` (NOT yet solved in real time: it hops 3.7 m in 6 s without falling with a fixed
-10 ms policy lag (seed 0), but falls with the real-time lag of 17–28 ms on seeds 0–2)
+``hopper-hop`` (NOT yet solved in real time.  Fixed-lag sync runs, seeds 0–9, 6 s: 5/10 succeed
+with 30 ms lag and 0/10 with 40 ms (before the bounds/knee/control terms below: 1/10 and 0/10);
+an update (2 iterations) takes ~30–40 ms on 2 cores, so the measured lag is in that range)
     plant 5 ms, planner 10 ms, both with the soft contact ``solref (0.02, 1)``,
     ``solimp (0, 0.95, 0.02, 0.5, 2)`` (with the model file's stiff foot contact the closed
     loop falls even at slowdown 4: the plan's impulsive 10 ms pushes do not transfer);
-    horizon 0.8 s (80 steps), 2 iterations per update.  Running cost::
+    horizon 0.8 s (80 steps), 2 iterations per update (1 iteration: 2/10 at 20 ms lag).
+    Running cost::
 
-        1.0 · smoothabs_0.2(ẋ_torso − 0.5)  +  10 · smoothabs_0.1(z_torso − 1.2)
-        + 3 · smoothabs_0.2(pitch)  +  0.3 · cosh_0.5(u)  +  0.03 · ½‖v‖²
-        + 1 · ½(knee − 0.4)²  +  3 · smoothabs_0.1(x_foot − x_com − 0.05)
+        2 · smoothabs_0.2(ẋ_torso − 0.4)  +  10 · smoothabs_0.1(z_torso − 1.2)
+        + 3 · smoothabs_0.2(pitch)  +  3 · cosh_0.5(u)  +  0.03 · ½‖v‖²
+        + 10 · ½(knee − 0.5)²  +  3 · smoothabs_0.1(x_foot − x_com − 0.05)
+        + 1000 · ½ min(z_torso − 0.85, 0)²  +  1000 · ½ max(|pitch| − 0.35, 0)²
 
     The torso target 1.2 m is above the straight-leg standing height (1.05 m), so the only
     way to lower the cost is to leave the ground: offline, iLQG finds small forward hops.
+    The one-sided bounds (:class:`~contactopt.costs.OneSidedQuadratic`) keep the plan's crouch
+    above 0.85 m and its pitch within ±0.35 rad — without them the plan's deepest crouch (0.6 m) and lean cross
+    the failure limits; the control weight 3 (was 0.3) removes the plan's ±1 chattering and
+    the knee term (weight 10, was 1) keeps a bent, springy leg instead of a stiff lean-and-
+    fall.  The remaining failures are landings after a lag-delayed push (over-speed, then a
+    crash); planning from the state predicted at ``t + lag`` would address that (runner).
     Success: torso beyond x = 1.5 m, above 0.7 m and pitch within ±0.7 rad for 1 s, and
     never below/over those limits earlier in the run (no fall-and-get-up), within 6 s.
 """
@@ -272,14 +281,20 @@ HOP_PLANT_DT = 0.005
 HOP_PLAN_DT = 0.01
 HOP_SOLREF = (0.02, 1.0)
 HOP_SOLIMP = (0.0, 0.95, 0.02, 0.5, 2.0)      # force grows smoothly from 0 with penetration
-HOP_VX = 0.5
+HOP_VX = 0.4
 HOP_HEIGHT = 1.2
 HOP_HEIGHT_ALPHA = 0.1
-HOP_W = {"vx": 1.0, "height": 10.0, "pitch": 3.0, "ctrl": 0.3, "qvel": 0.03, "foot": 3.0}
+HOP_W = {"vx": 2.0, "height": 10.0, "pitch": 3.0, "ctrl": 3.0, "qvel": 0.03, "foot": 3.0}
 HOP_FOOT_OFFSET = 0.05
-HOP_KNEE = (1.0, 0.4)   # (weight, target knee angle) of a knee-posture term (discourages kneeling)
+HOP_KNEE = (10.0, 0.5)  # (weight, target knee angle) of a knee-posture term (a bent, springy leg)
 HOP_SUCCESS_X = 1.5
 HOP_MIN_Z = 0.7
+#: (weight, z_low): one-sided quadratic ``w · ½ min(z_torso − z_low, 0)²`` — keeps the plan's
+#: crouch above the failure height :data:`HOP_MIN_Z` (0 weight: off)
+HOP_LOW = (1000.0, 0.85)
+#: (weight, bound): ``w · ½ max(|pitch| − bound, 0)²`` — keeps the plan's torso pitch inside
+#: ±bound, well within the failure limit ±0.7 rad (0 weight: off)
+HOP_PITCH_BOUND = (1000.0, 0.35)
 #: (solref, solimp) of the plant's contacts, None: the model file's (foot solref 0.01).  The
 #: planner's soft contact is used: with the stiff contact the closed loop falls even with
 #: lag 0 (the plan's impulsive pushes do not transfer) — see the report in the module docstring.
@@ -307,8 +322,8 @@ def _hopper_planner():
 
 
 def _hopper_cost(m):
-    from ..costs import (CenterOfMass, Combination, Control, CostTerm, Cosh, Qpos, Quadratic, Qvel,
-                         SitePosition, SmoothAbs, StageCost, TrajectoryCost)
+    from ..costs import (CenterOfMass, Combination, Control, CostTerm, Cosh, OneSidedQuadratic, Qpos,
+                         Quadratic, Qvel, SitePosition, SmoothAbs, StageCost, TrajectoryCost)
 
     w = HOP_W
     terms = [CostTerm(Qvel(m, [HOP_VX], dofs=[0], name="vx"), SmoothAbs(0.2), w["vx"]),
@@ -327,6 +342,15 @@ def _hopper_cost(m):
                             (-1.0, CenterOfMass(m, axes="x"))],
                            offset=[HOP_FOOT_OFFSET], name="foot_under_com")
         terms.append(CostTerm(foot, SmoothAbs(0.1), w["foot"]))
+    if HOP_LOW[0]:
+        terms.append(CostTerm(SitePosition(m, "torso", target=[0.0, 0.0, HOP_LOW[1]], axes="z", name="low"),
+                              OneSidedQuadratic(upper=False), HOP_LOW[0]))
+    if HOP_PITCH_BOUND[0]:
+        for sign in (1.0, -1.0):
+            qp = np.zeros(m.nq)
+            qp[2] = sign * HOP_PITCH_BOUND[1]
+            terms.append(CostTerm(Qpos(m, qp, dofs=[2], name="pitch_bound"), OneSidedQuadratic(upper=sign > 0),
+                                  HOP_PITCH_BOUND[0]))
     return TrajectoryCost(StageCost(m, terms), timestep=m.opt.timestep)
 
 
