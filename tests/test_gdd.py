@@ -137,6 +137,29 @@ ARM_XML = """
 """
 
 
+# --------------------------------------------------------------------------- kernels
+
+
+def test_kernel_cholesky_matches_numpy_and_rejects_indefinite_matrices():
+    """The kernels' Cholesky factor (lower triangle of A only) against numpy's, strict upper zeroed."""
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 27, 40):
+        B = rng.normal(size=(n, n))
+        A = B @ B.T + n * np.eye(n)
+        A_lower = np.tril(A) + np.triu(rng.normal(size=(n, n)), 1)  # garbage above the diagonal
+        L = np.full((n, n), np.nan)
+        assert K.cholesky(A_lower, L)
+        np.testing.assert_allclose(L, np.linalg.cholesky(A), rtol=1e-12, atol=1e-12)
+        assert np.all(np.triu(L, 1) == 0.0)
+        x = np.empty(n)
+        b = rng.normal(size=n)
+        K.chol_solve(L, b, x)
+        np.testing.assert_allclose(A @ x, b, rtol=1e-10, atol=1e-10)
+    indefinite = np.diag([1.0, -1.0, 2.0])
+    assert not K.cholesky(indefinite, np.zeros((3, 3)))
+    assert not K.cholesky(np.array([[np.nan]]), np.zeros((1, 1)))
+
+
 # --------------------------------------------------------------------------- inverse constraint force
 
 
