@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import time
 
+import mujoco
 import numpy as np
 
 from ..errors import ContactoptError, ParameterError
@@ -25,6 +27,19 @@ class ILQGPlanner:
     A diverged or failed update returns no policy (the runner keeps the old one) and the
     next update warm-starts from the last good plan again.
 
+    **Lag compensation** (opt-in, ``lag_compensation``): a policy planned from the state
+    measured at ``t`` reaches the plant only at ``t + L`` (the policy lag); meanwhile the
+    plant keeps applying the previous policy.  With compensation, each update first
+    predicts the state at ``t + L_pred`` by simulating the planner model from the measured
+    state under the previous policy (the control law the plant applies, evaluated every
+    ``h / lag_substeps``; ``lag_prediction="feedforward"``: its open-loop part only), then
+    plans from that predicted state and time: the returned policy starts at ``t + L_pred``
+    (it is indexed by absolute time, so the plant applies the right part of it whenever it
+    takes effect).  ``L_pred`` is a fixed number of seconds, or ``"auto"``: the lag the
+    runner last reported through :meth:`observe_lag` (the previous update's measured lag),
+    else the previous update's wall time.  If the prediction diverges the update plans from
+    the measured state.
+
     Args:
       dynamics: planner dynamics (e.g. :class:`~contactopt.dynamics.MujocoDynamics`) with
         ``model`` and ``timestep`` attributes; its state must be the plant's ``[qpos, qvel, act]``.
@@ -35,11 +50,17 @@ class ILQGPlanner:
       initial_iterations: iterations of the first plan (:meth:`reset`).
       nominal_control: ``(nu,)`` control the first plan starts from (default zeros).
       control_lower, control_upper: extra control limits (see :class:`~contactopt.solvers.ilqg.ILQG`).
+      lag_compensation: None / 0 (off, the default), seconds ``L_pred > 0``, or ``"auto"``.
+      lag_prediction: ``"feedback"`` (the previous policy with its gains, as the plant
+        applies it) or ``"feedforward"`` (its open-loop controls only).
+      lag_substeps: prediction steps per planner step (≥ 1): with ``h / plant step`` the
+        prediction evaluates the policy as often as the plant does.
     """
 
     def __init__(self, dynamics, cost, horizon: int, *, settings: ILQGSettings | None = None,
                  iterations_per_update: int = 1, initial_iterations: int = 30, nominal_control=None,
-                 control_lower=None, control_upper=None):
+                 control_lower=None, control_upper=None, lag_compensation=None,
+                 lag_prediction: str = "feedback", lag_substeps: int = 1):
         for name, v in (("horizon", horizon), ("iterations_per_update", iterations_per_update),
                         ("initial_iterations", initial_iterations)):
             if isinstance(v, bool) or int(v) != v or v < 1:
@@ -56,6 +77,107 @@ class ILQGPlanner:
         self.nominal = np.clip(u0, self.solver.control_lower, self.solver.control_upper)
         self.result: ILQGResult | None = None
         self.t_plan = 0.0
+        self.policy: TrajectoryPolicy | None = None  # the last policy handed out (in force at the plant)
+        self.observed_lag: float | None = None       # the runner's last measured policy lag (s)
+        self.last_compute_time: float | None = None  # wall seconds of the last update
+        self.last_prediction: tuple | None = None    # (t, t_pred, x_pred) of the last compensated update
+        self._pred_data = None
+        self._pred_models: dict = {}
+        self.set_lag_compensation(lag_compensation, prediction=lag_prediction, substeps=lag_substeps)
+
+    def set_lag_compensation(self, lag_compensation, *, prediction: str = "feedback", substeps: int = 1) -> None:
+        """Switch lag compensation: None / 0 (off), seconds ``> 0``, or ``"auto"`` (see the class);
+        ``prediction``: ``"feedback"`` or ``"feedforward"``; ``substeps``: prediction steps per
+        planner step (e.g. ``h / plant step``, so the policy is evaluated as often as the plant does)."""
+        lc = lag_compensation
+        if lc is None or (not isinstance(lc, (str, bool)) and isinstance(lc, (int, float)) and lc == 0):
+            lc = None
+        elif isinstance(lc, str):
+            if lc != "auto":
+                raise ParameterError(f"lag_compensation must be seconds >= 0, 'auto' or None, got {lc!r}")
+        elif isinstance(lc, bool) or not isinstance(lc, (int, float)) or not (math.isfinite(lc) and lc > 0):
+            raise ParameterError(f"lag_compensation must be seconds >= 0, 'auto' or None, got {lc!r}")
+        else:
+            lc = float(lc)
+        if prediction not in ("feedback", "feedforward"):
+            raise ParameterError(f"lag_prediction must be 'feedback' or 'feedforward', got {prediction!r}")
+        if isinstance(substeps, bool) or int(substeps) != substeps or substeps < 1:
+            raise ParameterError(f"lag_substeps must be an integer >= 1, got {substeps!r}")
+        self.lag_compensation = lc
+        self.lag_prediction = prediction
+        self.lag_substeps = int(substeps)
+
+    def observe_lag(self, lag: float) -> None:
+        """Called by the runner: the simulated seconds between the state an update was planned
+        from and the moment its policy took effect (used by ``lag_compensation="auto"``)."""
+        if math.isfinite(lag) and lag >= 0:
+            self.observed_lag = float(lag)
+
+    def prediction_lag(self) -> float:
+        """``L_pred`` (s) the next update predicts over (0 when compensation is off)."""
+        lc = self.lag_compensation
+        if lc is None:
+            return 0.0
+        if lc == "auto":
+            lc = self.observed_lag if self.observed_lag is not None else (self.last_compute_time or 0.0)
+        # never beyond the plan (the previous policy is not defined further)
+        return min(float(lc), self.horizon * self.h)
+
+    def _step_model(self, dt: float):
+        """The planner model with time step ``dt`` (for a fractional last prediction step)."""
+        if math.isclose(dt, self.h, rel_tol=1e-12):
+            return self.model
+        key = round(dt, 12)
+        m = self._pred_models.get(key)
+        if m is None:
+            m = self.model.__copy__()
+            m.opt.timestep = dt
+            self._pred_models[key] = m
+        return m
+
+    def predict(self, t: float, x, lag: float, policy=None, *, prediction: str | None = None):
+        """State at ``t + lag`` predicted from ``x`` at ``t`` with the planner model under
+        ``policy`` (default: the last policy handed out), whose control is evaluated at the
+        start of every step of ``h / lag_substeps`` (``lag`` not a multiple: a shorter last step).
+
+        Returns:
+          ``(nx,)`` state, or None if the simulation diverged (or there is no policy).
+        """
+        policy = self.policy if policy is None else policy
+        if policy is None:
+            return None
+        ff = (self.lag_prediction if prediction is None else prediction) == "feedforward"
+        m0 = self.model
+        if self._pred_data is None:
+            self._pred_data = mujoco.MjData(m0)
+        d = self._pred_data
+        nq, nv, na = m0.nq, m0.nv, m0.na
+        x = np.array(x, dtype=float)
+        d.qpos[:] = x[:nq]
+        d.qvel[:] = x[nq:nq + nv]
+        if na:
+            d.act[:] = x[nq + nv:]
+        d.qacc_warmstart[:] = 0.0
+        d.time = t
+        hs = self.h / self.lag_substeps
+        n_full = int(math.floor(lag / hs + 1e-9))
+        rest = lag - n_full * hs
+        steps = [(hs, self._step_model(hs))] * n_full
+        if rest > 1e-9 * hs:
+            steps.append((rest, self._step_model(rest)))
+        tk = float(t)
+        xk = x
+        for dt, m in steps:
+            u = policy.feedforward(tk) if ff else policy.control(tk, xk)
+            if not np.all(np.isfinite(u)):
+                u = policy.feedforward(tk)
+            d.ctrl[:] = u
+            mujoco.mj_step(m, d)
+            tk = float(d.time)  # accumulated as the plant's clock is (the policy's knots are sharp)
+            xk = np.concatenate([d.qpos, d.qvel, d.act]) if na else np.concatenate([d.qpos, d.qvel])
+            if not np.all(np.isfinite(xk)):
+                return None
+        return xk
 
     def _policy(self, t: float, res: ILQGResult) -> TrajectoryPolicy:
         return TrajectoryPolicy(self.model, t, self.h, res.U, res.X, res.K,
@@ -68,7 +190,8 @@ class ILQGPlanner:
             return PlannerUpdate(None, float(res.cost), len(res.iterations), wall, breakdown,
                                  f"iLQG {res.status.name}")
         self.result, self.t_plan = res, t
-        return PlannerUpdate(self._policy(t, res), float(res.cost), len(res.iterations), wall, breakdown,
+        self.policy = self._policy(t, res)
+        return PlannerUpdate(self.policy, float(res.cost), len(res.iterations), wall, breakdown,
                              res.status.name)
 
     def reset(self, t: float, x) -> PlannerUpdate:
@@ -79,14 +202,25 @@ class ILQGPlanner:
         return self._finish(t, res, time.perf_counter() - start)
 
     def update(self, t: float, x) -> PlannerUpdate:
-        """One MPC update from the state ``x`` measured at time ``t``."""
+        """One MPC update from the state ``x`` measured at time ``t`` (with lag compensation:
+        from the state predicted at ``t + L_pred``, the returned policy's start time)."""
         if self.result is None:
             return self.reset(t, x)
         start = time.perf_counter()
+        if self.lag_compensation is not None:
+            lag = self.prediction_lag()
+            if lag > 0:
+                x_pred = self.predict(t, x, lag)
+                if x_pred is not None:
+                    self.last_prediction = (t, t + lag, x_pred)
+                    t, x = t + lag, x_pred
         shift = max(0.0, (t - self.t_plan) / self.h)
         try:
             res = self.solver.solve_from_warm_start(x, self.result, shift=shift,
                                                     max_iterations=self.iterations_per_update)
         except (ContactoptError, FloatingPointError) as exc:
-            return PlannerUpdate(None, compute_time=time.perf_counter() - start, message=str(exc))
-        return self._finish(t, res, time.perf_counter() - start)
+            self.last_compute_time = time.perf_counter() - start
+            return PlannerUpdate(None, compute_time=self.last_compute_time, message=str(exc))
+        upd = self._finish(t, res, time.perf_counter() - start)
+        self.last_compute_time = upd.compute_time
+        return upd

@@ -78,6 +78,8 @@ class Planner(Protocol):
     ``reset(t, x)`` makes the initial plan (may iterate to convergence; its time is not
     counted against the plant); ``update(t, x)`` makes one receding-horizon update from
     the state measured at time ``t``.  Both return a :class:`PlannerUpdate`.
+    Optionally, ``observe_lag(seconds)`` is called with the policy lag of every applied
+    update (sync: the modeled lag; async: the measured one).
     """
 
     def reset(self, t: float, x: np.ndarray) -> PlannerUpdate: ...
@@ -384,6 +386,14 @@ class _Plant:
                          tuple(self.s.pushes))
 
 
+def _observe_lag(planner, lag: float) -> None:
+    """Tell a planner that wants it (an ``observe_lag(seconds)`` method, e.g. the iLQG
+    planner's lag compensation) the policy lag of its last applied update."""
+    observe = getattr(planner, "observe_lag", None)
+    if observe is not None:
+        observe(float(lag))
+
+
 def _check_update(upd) -> PlannerUpdate:
     if not isinstance(upd, PlannerUpdate):
         raise ContactoptError(f"planner returned {type(upd).__name__}, expected a PlannerUpdate")
@@ -452,6 +462,7 @@ def _run_sync(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSetti
                                         ok, upd.breakdown, upd.message))
             if ok:
                 pending.append((t + lag, len(updates) - 1, upd.policy))
+                _observe_lag(planner, lag)
                 failures = 0
             else:
                 failures += 1
@@ -521,6 +532,7 @@ def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSett
                 policy = upd.policy
                 updates.append(UpdateRecord(t_state, t, upd.compute_time, upd.cost, upd.iterations, True,
                                             upd.breakdown, upd.message))
+                _observe_lag(planner, t - t_state)
             x = plant.state()
             u = plant.control(policy, t, x)
             plant.record(k, u)

@@ -40,7 +40,9 @@ class MPCTask:
         metric_label: its name on the plot.
       ilqg: planner defaults: ``horizon`` (steps), ``settings`` (dict of
         :class:`~contactopt.solvers.ilqg.ILQGSettings` fields), ``iterations_per_update``,
-        ``initial_iterations``, ``derivative_stride``, ``nominal_control``.
+        ``initial_iterations``, ``derivative_stride``, ``nominal_control``, and the lag
+        compensation of :class:`~contactopt.mpc.ILQGPlanner` (``lag_compensation``,
+        ``lag_prediction``, ``lag_substeps``).
       lag: default sync-mode lag (seconds, or ``"measured"``).
       pushes: :class:`~contactopt.mpc.Push` es applied by default, or ``(rng) -> pushes``
         drawn per run from the seeded generator (after the initial state).
@@ -85,7 +87,10 @@ def build_ilqg_planner(task: MPCTask, planner_model=None, *, nthread: int | None
     return ILQGPlanner(dyn, task.cost(m), int(opts.get("horizon", 50)), settings=settings,
                        iterations_per_update=int(opts.get("iterations_per_update", 1)),
                        initial_iterations=int(opts.get("initial_iterations", 30)),
-                       nominal_control=opts.get("nominal_control"))
+                       nominal_control=opts.get("nominal_control"),
+                       lag_compensation=opts.get("lag_compensation"),
+                       lag_prediction=opts.get("lag_prediction", "feedback"),
+                       lag_substeps=int(opts.get("lag_substeps", 1)))
 
 
 def run_ilqg_task(task: MPCTask, *, seconds: float | None = None, seed: int = 0, mode: str = "sync",
