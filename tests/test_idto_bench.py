@@ -55,7 +55,7 @@ def test_quick_run_json_keys_plot_and_table(tmp_path):
     assert result["quick"] is True and [r["task"] for r in result["tasks"]] == ["acrobot"]
     row = result["tasks"][0]
     _check_row(row, "acrobot", ib.QUICK_SETTINGS["horizon"])
-    assert row["nv"] == 2 and row["mpc_target_hz"] == 300.0
+    assert row["nv"] == 2 and row["mpc_target_hz"] == 100.0
     n = ib.QUICK_SETTINGS["mpc_updates"]
     assert n - 1 <= row["mpc"]["updates"] <= n and row["mpc"]["failed_updates"] == 0
     png = tmp_path / "idto_convergence_acrobot.png"

@@ -203,7 +203,7 @@ def test_resample_fast_path_matches_manifold_interpolation(rng):
 
 def test_acrobot_idto_mpc_balances_near_upright():
     """The balance half of the acrobot task: from 0.05 rad off upright (both joints), replanning every
-    10 ms (one iteration each, 10 ms lag) keeps the tip above 3.9 m.  Without control the upright
+    10 ms (the task's iterations per update, 10 ms lag) keeps the tip above 3.9 m.  Without control the upright
     acrobot falls within ~1.5 s, so this fails if the plans or the replanning are wrong."""
     import dataclasses
 

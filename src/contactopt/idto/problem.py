@@ -25,6 +25,18 @@ where ``Z`` spans the unactuated directions (``actuation_map``) and ``w_u`` is
 the quadratic penalty on unactuated forces.  It is written ``L = ½‖r(q)‖²`` with
 the residual ``r`` of :meth:`IDTOProblem.residuals`.
 
+Optional soft actuator limits (``actuator_limit_weight = w_lim > 0``, off by default) add
+
+    h w_lim Σ_{t<T} Σ_i [max(u_t,i − hi_i, 0)² + max(lo_i − u_t,i, 0)²]
+
+with ``u_t = B⁺ τ_t`` the actuator forces that produce the actuated part of ``τ_t``
+(``B`` the actuation map, ``τ = B u``) and ``[lo_i, hi_i]`` actuator ``i``'s force range:
+``actuator_forcerange`` where force-limited, else ``gain · actuator_ctrlrange`` for a
+ctrl-limited actuator whose force is ``gain · ctrl`` (fixed gain, no bias, no activation
+dynamics); other actuators get no limit rows.  The one-sided quadratic is C¹; its residual
+rows ``√(2h w_lim)·(max(u − hi, 0) − max(lo − u, 0))`` have the Jacobian
+``√(2h w_lim)·1[u ∉ [lo, hi]]·B⁺ ∂τ/∂q``.
+
 Inverse-dynamics backends (``backend=``):
 
 * ``"compliant"`` (default): the formula above, rigid-body terms from a
@@ -111,10 +123,12 @@ class Linearization:
       Jq: ``(T, nv, nv)`` ∂r_q,t/∂q_t for ``t = 1 … T``.
       Jv: ``(T, 2, nv, nv)`` ∂r_v,t/∂(q_{t−1}, q_t) for ``t = 1 … T`` (slot 0 is zero for ``t = 1``).
       Jtau: ``(T, 3, mτ, nv)`` ∂r_τ,t/∂(q_{t−1}, q_t, q_{t+1}) for ``t = 0 … T−1``
-        (slots of the fixed ``q_{−1}, q_0`` are zero).
+        (slots of the fixed ``q_{−1}, q_0`` are zero); rows as :meth:`IDTOProblem.residuals`
+        (``R`` rows, unactuated-penalty rows, actuator-limit rows).
       times: seconds spent in ``"residual"`` and ``"jacobian"``.
       tau: ``(T, nv)`` inverse-dynamics forces at the linearization point.
-      dtau: ``(T, 3, nv, nv)`` the unweighted ∂τ_t/∂(q_{t−1}, q_t, q_{t+1}) (``Jtau = W dtau``).
+      dtau: ``(T, 3, nv, nv)`` the unweighted ∂τ_t/∂(q_{t−1}, q_t, q_{t+1}) (``Jtau = W dtau``
+        on the ``R`` and penalty rows).
     """
 
     r: np.ndarray
@@ -172,6 +186,11 @@ class IDTOProblem:
         at every step with a pair in range (one batched contact query per perturbed dof);
         ``"analytic"``: the closed form everywhere (for other geometry only its signed-distance
         term, a Gauss–Newton-style approximation; see :mod:`contactopt.idto.batch`).
+      actuator_limit_weight: ``w_lim ≥ 0`` of the soft actuator-force limits (module
+        docstring); 0 (default) adds no rows, the problem is then exactly the one without limits.
+      actuator_limit_margin: fraction in ``[0, 1)`` by which each force range shrinks about its
+        centre before it enters the cost (``[lo, hi] → c ± (1 − margin)(hi − lo)/2``), so that
+        plans keep some authority in reserve for feedback (default 0).
 
     Raises:
       ShapeError / NonFiniteError: bad array shapes or values.
@@ -184,7 +203,8 @@ class IDTOProblem:
                  unactuated_penalty: float | None = None, contact: ContactModel | None = None,
                  workers: int = 1, backend: str = "compliant", convex_contact=None,
                  penalize_unactuated: bool = True, chain_rule: bool = True,
-                 contact_derivatives: str = "auto"):
+                 contact_derivatives: str = "auto", actuator_limit_weight: float = 0.0,
+                 actuator_limit_margin: float = 0.0):
         if not isinstance(model, mujoco.MjModel):
             raise ParameterError(f"IDTOProblem: model must be a mujoco.MjModel, got {type(model).__name__}")
         if isinstance(num_steps, (bool, np.bool_)) or int(num_steps) != num_steps or num_steps < 1:
@@ -280,13 +300,110 @@ class IDTOProblem:
         self.penalize_unactuated = bool(penalize_unactuated)
         if wu > 0 and self.Z.shape[1] and self.penalize_unactuated:
             W = np.vstack([W, math.sqrt(2 * self.h * wu) * self.Z.T])
-        self._Wtau = W  # (mτ, nv)
-        self.m_tau = W.shape[0]
+        self._Wtau = W  # (mτ0, nv): R rows and unactuated-penalty rows
+        self.num_penalty_rows = W.shape[0] - nv
+        self._setup_actuator_limits(actuator_limit_weight, actuator_limit_margin)
+        self.m_tau = W.shape[0] + self.num_limit_rows
 
         self.set_initial_state(q_init, v_init)
         self.set_nominal(q_nom, v_nom)
 
     # ------------------------------------------------------------------ setup
+
+    @staticmethod
+    def _check_scalar(name, value, *, upper=None) -> float:
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise ParameterError(f"{name} must be a number, got {value!r}") from None
+        if isinstance(value, (bool, np.bool_)) or not (math.isfinite(x) and x >= 0) or (
+                upper is not None and x >= upper):
+            bound = "non-negative and finite" if upper is None else f"in [0, {upper:g})"
+            raise ParameterError(f"{name} must be {bound}, got {value!r}")
+        return x
+
+    @staticmethod
+    def actuator_force_ranges(model: mujoco.MjModel):
+        """Force range ``(lo (nu,), hi (nu,))`` of each actuator (±∞ where it has none).
+
+        ``actuator_forcerange`` for force-limited actuators; for ctrl-limited actuators whose force
+        is ``gain · ctrl`` (fixed gain, no bias, no activation dynamics) also ``gain ·
+        actuator_ctrlrange`` (the intersection where both apply).
+        """
+        nu = model.nu
+        lo, hi = np.full(nu, -np.inf), np.full(nu, np.inf)
+        for i in range(nu):
+            if model.actuator_forcelimited[i]:
+                lo[i], hi[i] = model.actuator_forcerange[i]
+            affine = (int(model.actuator_gaintype[i]) == int(mujoco.mjtGain.mjGAIN_FIXED)
+                      and int(model.actuator_biastype[i]) == int(mujoco.mjtBias.mjBIAS_NONE)
+                      and int(model.actuator_dyntype[i]) == int(mujoco.mjtDyn.mjDYN_NONE))
+            if model.actuator_ctrllimited[i] and affine:
+                c = model.actuator_gainprm[i, 0] * model.actuator_ctrlrange[i]
+                lo[i], hi[i] = max(lo[i], float(c.min())), min(hi[i], float(c.max()))
+        return lo, hi
+
+    def _setup_actuator_limits(self, weight, margin) -> None:
+        """Soft actuator-limit rows: which actuators, their (shrunk) ranges and ``u = B⁺τ``."""
+        w = self._check_scalar("actuator_limit_weight", weight)
+        mg = self._check_scalar("actuator_limit_margin", margin, upper=1.0)
+        self.actuator_limit_weight = w
+        self.actuator_limit_margin = mg
+        # u = B⁺ τ: actuator forces producing the actuated part of τ (B⁺ Z = 0)
+        B = self.actuation.B
+        self._force_map = np.linalg.pinv(B) if B.shape[1] else np.zeros((0, self.nv))  # (nu, nv)
+        lo, hi = self.actuator_force_ranges(self.model)
+        finite = np.isfinite(lo) | np.isfinite(hi)
+        both = np.isfinite(lo) & np.isfinite(hi)
+        c = np.zeros(lo.shape)
+        c[both] = 0.5 * (lo[both] + hi[both])
+        self.actuator_force_lower = np.where(np.isfinite(lo), c + (1.0 - mg) * (lo - c), lo)
+        self.actuator_force_upper = np.where(np.isfinite(hi), c + (1.0 - mg) * (hi - c), hi)
+        idx = np.flatnonzero(finite) if w > 0 else np.zeros(0, dtype=np.intp)
+        self._limit_idx = idx
+        self._limit_P = self._force_map[idx]  # (nl, nv)
+        self._limit_lo = self.actuator_force_lower[idx]
+        self._limit_hi = self.actuator_force_upper[idx]
+        self._limit_scale = math.sqrt(2 * self.h * w)
+        self.num_limit_rows = int(idx.size)
+
+    def actuator_forces(self, tau) -> np.ndarray:
+        """Actuator forces ``u_t = B⁺ τ_t`` of ``tau (T, nv)``: ``(T, nu)``."""
+        return np.asarray(tau, dtype=float) @ self._force_map.T
+
+    def actuator_limit_excess(self, tau) -> np.ndarray:
+        """``(T, nu)`` signed excess of ``u = B⁺τ`` over the (shrunk) force range: ``u − hi`` above,
+        ``u − lo`` below, 0 inside."""
+        u = self.actuator_forces(tau)
+        lo, hi = self.actuator_force_lower, self.actuator_force_upper
+        return np.maximum(u - hi, 0.0) - np.maximum(lo - u, 0.0)
+
+    def _limit_residuals(self, tau) -> np.ndarray:
+        """``(T, nl)`` actuator-limit rows of ``tau (T, nv)``."""
+        u = tau @ self._limit_P.T
+        ex = np.maximum(u - self._limit_hi, 0.0) - np.maximum(self._limit_lo - u, 0.0)
+        return self._limit_scale * ex
+
+    def _weighted_tau_jacobian(self, tau, dtau) -> np.ndarray:
+        """``Jtau (T, 3, mτ, nv)`` from ``dtau (T, 3, nv, nv)``: ``W dtau`` and the limit rows."""
+        Jtau = np.matmul(self._Wtau, dtau)
+        if not self.num_limit_rows:
+            return Jtau
+        u = tau @ self._limit_P.T  # (T, nl)
+        active = (u > self._limit_hi) | (u < self._limit_lo)
+        Jl = np.matmul(self._limit_P, dtau) * (self._limit_scale * active)[:, None, :, None]
+        return np.concatenate([Jtau, Jl], axis=2)
+
+    def tau_cost_rows(self, constrained: bool = False) -> np.ndarray | slice:
+        """Rows of each step's ``mτ`` τ-block that make the cost: all of them, or with
+        ``constrained`` (the equality-constrained solver) all but the unactuated-penalty rows
+        (the ``R`` rows and the actuator-limit rows)."""
+        nv, npen = self.nv, self.num_penalty_rows
+        if not constrained or npen == 0:
+            return slice(0, self.m_tau)
+        if self.num_limit_rows == 0:
+            return slice(0, nv)
+        return np.r_[0:nv, nv + npen:self.m_tau]
 
     def close(self) -> None:
         """Shut down the Jacobian thread pool (``workers > 1``); the problem then runs serially."""
@@ -533,8 +650,10 @@ class IDTOProblem:
 
         Layout (``m = 2(T+1)nv + T mτ``): ``[r_q,0 … r_q,T, r_v,0 … r_v,T, r_τ,0 … r_τ,T−1]``
         with ``r_q,t = w_q,t ⊙ q̃_t``, ``r_v,t = w_v,t ⊙ ṽ_t`` (``w = √(2hQ)`` for
-        ``t < T``, ``√(2Q_f)`` at ``T``) and ``r_τ,t = W τ_t``, ``W = [diag√(2hR); √(2h w_u) Zᵀ]``.
-        The ``t = 0`` entries are constant (``q_0, v_0`` fixed).
+        ``t < T``, ``√(2Q_f)`` at ``T``) and ``r_τ,t = [W τ_t; ℓ_t]``, ``W = [diag√(2hR); √(2h w_u) Zᵀ]``
+        (the penalty rows only with ``penalize_unactuated``) and ``ℓ_t`` the actuator-limit rows
+        ``√(2h w_lim)·(max(u − hi, 0) − max(lo − u, 0))`` of the limited actuators (only with
+        ``actuator_limit_weight > 0``).  The ``t = 0`` entries are constant (``q_0, v_0`` fixed).
         """
         q = self.check_trajectory(q, name="q")
         return self._residuals(self._trajectory(q))
@@ -557,6 +676,8 @@ class IDTOProblem:
         rv[:T] *= self._wv
         rv[T] *= self._wvf
         rt = tr.tau @ self._Wtau.T
+        if self.num_limit_rows:
+            rt = np.concatenate([rt, self._limit_residuals(tr.tau)], axis=1)
         return np.concatenate([rq.ravel(), rv.ravel(), rt.ravel()])
 
     def cost(self, q) -> float:
@@ -761,7 +882,7 @@ class IDTOProblem:
         else:
             blocks = [job(t) for t in range(T)]
         dtau = np.asarray(blocks)
-        Jtau = np.matmul(self._Wtau, dtau)  # (T, 3, mτ, nv)
+        Jtau = self._weighted_tau_jacobian(tr.tau, dtau)  # (T, 3, mτ, nv)
         t2 = time.perf_counter()
         return Linearization(r, Jq, Jv, Jtau, {"residual": t1 - t0, "jacobian": t2 - t1}, tr.tau, dtau)
 
@@ -914,7 +1035,7 @@ class IDTOProblem:
             dtau[1:, 1] = Av[1:] @ dvdq_back[2:] - Mh[1:] @ dvdq_cur[1:T]
         if T > 2:
             dtau[2:, 0] = -Mh[2:] @ dvdq_prev[2:T]
-        Jtau = np.matmul(self._Wtau, dtau)  # (T, 3, mτ, nv)
+        Jtau = self._weighted_tau_jacobian(tau, dtau)  # (T, 3, mτ, nv)
         t2 = time.perf_counter()
         return Linearization(r, Jq, Jv, Jtau, {"residual": t1 - t0, "jacobian": t2 - t1}, tau, dtau)
 

@@ -19,7 +19,8 @@ Per iteration (penalty treatment of underactuation):
 
 Equality-constrained treatment of underactuation (``SolverOptions(underactuation="constrained")``):
 the unactuated forces ``h(q) = [Zᵀτ_0; …; Zᵀτ_{T−1}] = 0`` are equality
-constraints (the penalty rows are dropped from the cost), with the block-banded
+constraints (the penalty rows are dropped from the cost; the problem's optional
+actuator-limit rows stay), with the block-banded
 Jacobian ``A = ∂h/∂q`` (``Zᵀ ∂τ_t/∂(q_{t−1}, q_t, q_{t+1})``).  In scaled variables
 (``Ã = A D``) the multipliers are
 
@@ -390,15 +391,17 @@ class IDTOSolver:
         return self.options.underactuation == "constrained" and self.problem.Z.shape[1] > 0
 
     def _cost_rows(self, lin: Linearization) -> Linearization:
-        """``lin`` without the unactuated-penalty rows (constrained mode)."""
+        """``lin`` without the unactuated-penalty rows (constrained mode); the ``R`` rows and the
+        actuator-limit rows stay (:meth:`IDTOProblem.tau_cost_rows`)."""
         pr = self.problem
-        if not self.constrained or pr.m_tau == pr.nv:
+        if not self.constrained or pr.num_penalty_rows == 0:
             return lin
         T, nv, mt = pr.T, pr.nv, pr.m_tau
+        rows = pr.tau_cost_rows(True)
         off = 2 * (T + 1) * nv
-        rt = lin.r[off:].reshape(T, mt)[:, :nv]
+        rt = lin.r[off:].reshape(T, mt)[:, rows]
         r = np.concatenate([lin.r[:off], rt.ravel()])
-        return Linearization(r, lin.Jq, lin.Jv, lin.Jtau[:, :, :nv], lin.times, lin.tau, lin.dtau)
+        return Linearization(r, lin.Jq, lin.Jv, lin.Jtau[:, :, rows], lin.times, lin.tau, lin.dtau)
 
     def _evaluate(self, q, tr=None):
         """``(L, h)`` at ``q``: the cost (without penalty rows in constrained mode) and ``Zᵀτ`` stacked.
@@ -411,9 +414,10 @@ class IDTOSolver:
             tr = pr._trajectory(q)
         self._last = (q, tr)
         r = pr._residuals(tr)
-        if self.constrained and pr.m_tau > pr.nv:
+        if self.constrained and pr.num_penalty_rows:
             off = 2 * (pr.T + 1) * pr.nv
-            r = np.concatenate([r[:off], r[off:].reshape(pr.T, pr.m_tau)[:, :pr.nv].ravel()])
+            rows = pr.tau_cost_rows(True)
+            r = np.concatenate([r[:off], r[off:].reshape(pr.T, pr.m_tau)[:, rows].ravel()])
         return 0.5 * float(r @ r), pr.unactuated_forces(tr.tau)
 
     def _constraint_jacobian(self, lin: Linearization) -> np.ndarray:
