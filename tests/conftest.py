@@ -72,3 +72,16 @@ def _quiet_mujoco_warnings():
     collected = []
     mujoco.set_mju_user_warning(collected.append)
     yield collected
+
+
+def dense_fd_jacobian(problem, q, step=1e-6):
+    """Brute-force Jacobian of an IDTO problem's whole residual vector w.r.t. tangent
+    perturbations of ``q`` (central differences): ``(num_residuals, num_variables)``."""
+    n = problem.num_variables
+    J = np.empty((problem.num_residuals, n))
+    for i in range(n):
+        e = np.zeros(n)
+        e[i] = step
+        J[:, i] = (problem.residuals(problem.retract(q, e))
+                   - problem.residuals(problem.retract(q, -e))) / (2 * step)
+    return J

@@ -24,6 +24,8 @@ from contactopt.idto import (
 )
 from contactopt.model import integrate_position, load_model
 
+from conftest import dense_fd_jacobian
+
 # --------------------------------------------------------------------------- contact laws
 
 
@@ -170,17 +172,6 @@ def test_quaternion_aware_velocities_on_free_body():
     np.testing.assert_allclose(tr.tau[:, 2], 9.81 * m.body_mass[1], rtol=1e-3)
 
 
-def _dense_fd_jacobian(pr, q, step=1e-6):
-    """Brute-force Jacobian of the whole residual vector w.r.t. tangent perturbations (central differences)."""
-    n = pr.num_variables
-    J = np.empty((pr.num_residuals, n))
-    for i in range(n):
-        e = np.zeros(n)
-        e[i] = step
-        J[:, i] = (pr.residuals(pr.retract(q, e)) - pr.residuals(pr.retract(q, -e))) / (2 * step)
-    return J
-
-
 @pytest.mark.parametrize("name", ["hopper", "ball"])
 def test_banded_hessian_and_gradient_match_dense_reference(name, rng):
     if name == "hopper":
@@ -199,7 +190,7 @@ def test_banded_hessian_and_gradient_match_dense_reference(name, rng):
         q = np.array(q)
     lin = pr.linearize(q)
     H, g = gauss_newton_system(pr, lin)
-    J = _dense_fd_jacobian(pr, q)
+    J = dense_fd_jacobian(pr, q)
     r = pr.residuals(q)
     np.testing.assert_allclose(lin.r, r)
     Hd = J.T @ J
@@ -508,7 +499,7 @@ def test_backend_jacobian_matches_dense_reference(backend, rng):
                      backend=backend)
     q = np.vstack([np.zeros(2), rng.normal(scale=0.2, size=(T, 2))])
     lin = pr.linearize(q)
-    J = _dense_fd_jacobian(pr, q)
+    J = dense_fd_jacobian(pr, q)
     Jb = pr.dense_jacobian(lin)
     np.testing.assert_allclose(Jb, J, atol=1e-5 * np.abs(J).max())
 

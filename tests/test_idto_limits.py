@@ -10,6 +10,8 @@ from contactopt.errors import ParameterError
 from contactopt.idto import IDTOProblem, IDTOSolver, SolverOptions
 from contactopt.model import load_model
 
+from conftest import dense_fd_jacobian
+
 LIMIT = 5.0  # the bundled acrobot's elbow: gear 1, ctrlrange ±5
 
 
@@ -39,16 +41,6 @@ def _swing(T, amp=0.02, seed=1):
     q[1:, 0] = 0.05 * t
     q[1:, 1] = amp * np.sin(1.7 * t) + rng.normal(scale=0.02, size=T)
     return q
-
-
-def _dense_fd_jacobian(pr, q, step=1e-6):
-    n = pr.num_variables
-    J = np.empty((pr.num_residuals, n))
-    for i in range(n):
-        e = np.zeros(n)
-        e[i] = step
-        J[:, i] = (pr.residuals(pr.retract(q, e)) - pr.residuals(pr.retract(q, -e))) / (2 * step)
-    return J
 
 
 @pytest.mark.parametrize("gear, forcerange, margin",
@@ -95,7 +87,7 @@ def test_limit_residuals_and_jacobian_match_finite_differences(gear, forcerange,
     np.testing.assert_array_equal(lin.r, r)
     assert lin.Jtau.shape == (T, 3, mt, nv)
     Jb = pr.dense_jacobian(lin)
-    Jfd = _dense_fd_jacobian(pr, q)
+    Jfd = dense_fd_jacobian(pr, q)
     np.testing.assert_allclose(Jb, Jfd, atol=1e-5 * np.abs(Jfd).max())
     # the limit rows are nonzero exactly at the steps beyond the range
     Jl = np.abs(lin.Jtau[:, :, -1]).sum(axis=(1, 2))
