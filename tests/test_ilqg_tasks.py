@@ -165,3 +165,14 @@ def test_hopper_hops_forward_closed_loop_with_lag_compensation():
 def test_swimmer_reaches_closed_loop():
     result, _ = run_ilqg_task(SWIMMER_REACH, seed=3, mode="sync", lag=0.04, stop_on_success=True)
     assert result.success, result.summary()
+
+
+def test_unknown_planner_option_is_an_error():
+    """A misspelt task or override key of the iLQG planner is named, not silently ignored."""
+    from contactopt.errors import ParameterError
+    from contactopt.tasks.mpc_task import build_ilqg_planner
+
+    with pytest.raises(ParameterError, match="lag_compensaton"):
+        build_ilqg_planner(HOPPER_HOP, lag_compensaton="auto")
+    with pytest.raises(ParameterError, match="lag_substeps"):
+        build_ilqg_planner(HOPPER_HOP, lag_substeps=1.5)

@@ -69,6 +69,12 @@ class MPCTask:
     target_slowdown: float = 1.0
 
 
+#: the keys of ``MPCTask.ilqg`` (and of ``run_ilqg_task`` planner overrides)
+_ILQG_KEYS = frozenset({"horizon", "settings", "iterations_per_update", "initial_iterations",
+                        "derivative_stride", "nominal_control", "lag_compensation", "lag_prediction",
+                        "lag_substeps"})
+
+
 def build_ilqg_planner(task: MPCTask, planner_model=None, *, nthread: int | None = None, textbook: bool = False,
                        **overrides):
     """The :class:`~contactopt.mpc.ILQGPlanner` of ``task`` with its defaults (``overrides`` win).
@@ -80,6 +86,10 @@ def build_ilqg_planner(task: MPCTask, planner_model=None, *, nthread: int | None
     from ..solvers.ilqg import ILQGSettings
 
     opts = {**task.ilqg, **overrides}
+    unknown = set(opts) - _ILQG_KEYS
+    if unknown:
+        raise ParameterError(f"unknown iLQG planner option(s) {sorted(unknown)} for task {task.name!r}; "
+                             f"known: {sorted(_ILQG_KEYS)}")
     m = task.planner_model() if planner_model is None else planner_model
     dyn = MujocoDynamics(m, nthread=nthread, derivative_stride=int(opts.get("derivative_stride", 1)))
     sdict = dict(opts.get("settings", {}))
@@ -90,7 +100,7 @@ def build_ilqg_planner(task: MPCTask, planner_model=None, *, nthread: int | None
                        nominal_control=opts.get("nominal_control"),
                        lag_compensation=opts.get("lag_compensation"),
                        lag_prediction=opts.get("lag_prediction", "feedback"),
-                       lag_substeps=int(opts.get("lag_substeps", 1)))
+                       lag_substeps=opts.get("lag_substeps", 1))
 
 
 def run_ilqg_task(task: MPCTask, *, seconds: float | None = None, seed: int = 0, mode: str = "sync",
