@@ -2165,14 +2165,13 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     stats[ST_SAFEGUARD] = nsafe
 
 
-
 @intrinsic
 def _unmanaged(typingctx, arr):
     """The array ``arr`` without its reference-counted owner (meminfo set to NULL).
 
     numba reference-counts every array view it creates and every array it passes to a
     non-inlined call (atomic increments and decrements: about a fifth of the compiled
-    step's time, measured with ``perf``).  Views of an array without an owner are not
+    step's ``perf`` samples).  Views of an array without an owner are not
     counted.  Only for arguments of an entry point: the caller keeps them alive for the
     whole call, and nothing made from them may outlive it.
     """
@@ -2186,6 +2185,7 @@ def _unmanaged(typingctx, arr):
         return out._getvalue()
 
     return sig, codegen
+
 
 # ---------------------------------------------------------------- one compiled step (fast path)
 #
