@@ -33,9 +33,11 @@ steps faster than the planner, one iLQG iteration per update.
     joints ±0.3 rad — i.e. the target is at a random distance and bearing relative to the
     swimmer.  Success: nose within 0.12 m of the target, within 30 s.
 
-``hopper-hop`` (real time for most seeds, not all.  Sync runs with the measured lag at
-slowdown 1, seeds 0–9, 6 s: 9/10 succeed (lag 14–18 ms, machine load ≈ 2; 7/10 at load ≈ 3,
-lag 14–19 ms); asynchronous real time: 5/10 (6/10 without lag compensation, lag 10–20 ms);
+``hopper-hop`` (not reliably in real time.  Sync runs with the measured lag at slowdown 1,
+seeds 0–9, 6 s: 9/10, 5/10, 8/10 and 5/10 in four runs of the same settings (lag 13–20 ms,
+machine load 1–2; 7/10 at load ≈ 3): the measured lag varies from update to update;
+asynchronous real time: 5/10 (6/10 without lag compensation, lag 10–20 ms); a fixed
+prediction horizon of 20 ms instead of ``"auto"``: 2/10 twice;
 fixed lags: 8/10 at 15 ms, 5/10 at 20 ms; with 2 iterations per update 10/10 at a fixed 25 ms
 and 8/10 at 30 ms, but the measured lag of a 2-iteration update on the loaded machine is
 24–37 ms (2/10).  Without lag compensation: 1 iteration 8/10 at 15 ms; 2 iterations 5/10 at
