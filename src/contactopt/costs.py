@@ -920,21 +920,26 @@ class Combination(Residual):
         self.offset = (np.zeros(size) if offset is None
                        else as_array(f"{name} offset", offset, (size,)).copy())
 
-    def evaluate(self, data, x, u, jacobian):
-        r = -self.offset.copy()
-        jx = np.zeros((self.size, self.ndx)) if jacobian else None
+    def _combine(self, results, lead: tuple, jacobian: bool):
+        """``r = Σ_k c_k r_k − offset`` and the summed Jacobians from the parts' ``(r, J_x, J_u)``
+        (``lead``: ``()`` for one stage, ``(N,)`` for a batch)."""
+        r = np.empty(lead + (self.size,))
+        r[...] = -self.offset
+        jx = np.zeros(lead + (self.size, self.ndx)) if jacobian else None
         ju = None
-        for c, res in self.parts:
-            ri, jxi, jui = res.evaluate(data, x, u, jacobian)
+        for (c, _), (ri, jxi, jui) in zip(self.parts, results):
             r += c * ri
             if jacobian:
                 if jxi is not None:
                     jx += c * jxi
                 if jui is not None:
                     if ju is None:
-                        ju = np.zeros((self.size, self.nu))
+                        ju = np.zeros(lead + (self.size, self.nu))
                     ju += c * jui
         return r, jx, ju
+
+    def evaluate(self, data, x, u, jacobian):
+        return self._combine([res.evaluate(data, x, u, jacobian) for _, res in self.parts], (), jacobian)
 
     def batch_requests(self, jacobian):
         keys = []
@@ -946,22 +951,8 @@ class Combination(Residual):
         return tuple(keys)
 
     def batch_evaluate(self, kin, X, U, jacobian):
-        N = X.shape[0]
-        r = np.empty((N, self.size))
-        r[:] = -self.offset
-        jx = np.zeros((N, self.size, self.ndx)) if jacobian else None
-        ju = None
-        for c, res in self.parts:
-            ri, jxi, jui = res.batch_evaluate(kin, X, U, jacobian)
-            r += c * ri
-            if jacobian:
-                if jxi is not None:
-                    jx += c * jxi
-                if jui is not None:
-                    if ju is None:
-                        ju = np.zeros((N, self.size, self.nu))
-                    ju += c * jui
-        return r, jx, ju
+        return self._combine([res.batch_evaluate(kin, X, U, jacobian) for _, res in self.parts],
+                             (X.shape[0],), jacobian)
 
 
 class UserResidual(Residual):
