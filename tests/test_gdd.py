@@ -160,6 +160,46 @@ def test_kernel_cholesky_matches_numpy_and_rejects_indefinite_matrices():
     assert not K.cholesky(np.array([[np.nan]]), np.zeros((1, 1)))
 
 
+def test_kernel_ldl_reproduces_mujocos_factor_and_solves():
+    """``ldl_factor`` on MuJoCo's sparse ``d.M`` gives ``d.qLD`` / ``d.qLDiagInv`` (same algorithm,
+    same layout); ``ldl_solve`` with it and ``ldl_dense`` of the dense M both solve M x = b."""
+    import mujoco
+
+    from contactopt.gdd.problem import _full_inertia
+    from contactopt.model import load_model
+
+    rng = np.random.default_rng(5)
+    for name in ("humanoid", "hand"):
+        m = load_model(name)
+        d = mujoco.MjData(m)
+        d.qpos[:] = m.qpos0
+        d.qpos[7:] += rng.uniform(-0.3, 0.3, m.nq - 7) if name == "humanoid" else 0.0
+        mujoco.mj_fwdPosition(m, d)
+        nv = m.nv
+        M = np.zeros((nv, nv))
+        _full_inertia(m, d, M)
+        rn, ra, ci = (np.asarray(x, dtype=np.int64) for x in (m.M_rownnz, m.M_rowadr, m.M_colind))
+        q, dinv = d.M.copy(), np.empty(nv)
+        assert K.ldl_factor(rn, ra, ci, q, dinv)
+        np.testing.assert_allclose(q, d.qLD, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(dinv, d.qLDiagInv, rtol=1e-12)
+        b = rng.normal(size=nv)
+        x = np.empty(nv)
+        K.ldl_solve(rn, ra, ci, d.qLD, d.qLDiagInv, b, x)
+        np.testing.assert_allclose(M @ x, b, rtol=1e-10, atol=1e-10)
+        tri = nv * (nv + 1) // 2
+        rn2, ra2, ci2 = np.empty(nv, np.int64), np.empty(nv, np.int64), np.empty(tri, np.int64)
+        q2, dinv2 = np.empty(tri), np.empty(nv)
+        assert K.ldl_dense(M, rn2, ra2, ci2, q2, dinv2)
+        x2 = b.copy()
+        K.ldl_solve(rn2, ra2, ci2, q2, dinv2, x2, x2)  # aliased in/out
+        np.testing.assert_allclose(x2, x, rtol=1e-9, atol=1e-12)
+    n = 3
+    rn2, ra2, ci2 = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(6, np.int64)
+    assert not K.ldl_dense(np.diag([1.0, -1.0, 2.0]), rn2, ra2, ci2, np.empty(6), np.empty(n))
+    assert not K.ldl_dense(np.array([[np.nan]]), rn2[:1], ra2[:1], ci2[:1], np.empty(1), np.empty(1))
+
+
 # --------------------------------------------------------------------------- inverse constraint force
 
 

@@ -456,6 +456,84 @@ def chol_solve(L, b, x):
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
+def ldl_factor(rownnz, rowadr, colind, qld, dinv):
+    """In place ``M = Lᵀ diag(D) L`` (``L`` unit lower triangular) in MuJoCo's ``qLD`` layout.
+
+    ``qld`` holds the lower triangle of ``M`` by CSR rows (``rownnz, rowadr, colind``; each
+    row's columns increasing, the diagonal last, and the columns of row ``i`` a prefix of
+    those of every row ``k`` that has ``i`` as a column — a kinematic tree's ancestor
+    chains, or a dense triangle) and is overwritten with ``L`` (strict part) and ``D``
+    (diagonal); ``dinv = 1/D``.  For ``k = n−1 … 0``: every column ``i < k`` of row ``k``
+    updates row ``i`` by ``−L_ki/D_k`` times the prefix of row ``k``, then row ``k`` is
+    divided by ``D_k`` (the algorithm of ``mj_factorM``, so a tree-sparse ``M`` keeps its
+    sparsity).  False if some ``D_k`` is not positive (``M`` not positive definite, or NaN).
+    """
+    n = rownnz.shape[0]
+    for k in range(n - 1, -1, -1):
+        start = rowadr[k]
+        diag = rownnz[k] - 1
+        dk = qld[start + diag]
+        if not dk > 0.0:
+            return False
+        inv = 1.0 / dk
+        for p in range(diag - 1, -1, -1):
+            ri = rowadr[colind[start + p]]
+            s = -qld[start + p] * inv
+            for q_ in range(p + 1):
+                qld[ri + q_] += s * qld[start + q_]
+        for p in range(diag):
+            qld[start + p] *= inv
+        dinv[k] = inv
+    return True
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def ldl_dense(M, rownnz, rowadr, colind, qld, dinv):
+    """:func:`ldl_factor` of a dense ``M (n, n)`` (lower triangle read) in a dense-triangle
+    layout: row ``i`` has columns ``0 … i`` (``rownnz (n,)``, ``rowadr (n,)``, ``colind`` and
+    ``qld`` of ``n(n+1)/2``).  False if ``M`` is not positive definite."""
+    n = M.shape[0]
+    adr = 0
+    for i in range(n):
+        rownnz[i] = i + 1
+        rowadr[i] = adr
+        for j in range(i + 1):
+            colind[adr + j] = j
+            qld[adr + j] = M[i, j]
+        adr += i + 1
+    return ldl_factor(rownnz, rowadr, colind, qld, dinv)
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def ldl_solve(rownnz, rowadr, colind, qld, dinv, b, x):
+    """``x = M⁻¹ b = L⁻¹ D⁻¹ L⁻ᵀ b`` with the factor of :func:`ldl_factor` (``x`` may alias
+    ``b``); sparse rows cost their nonzeros only (as ``mj_solveM``)."""
+    n = dinv.shape[0]
+    for i in range(n):
+        x[i] = b[i]
+    for i in range(n - 1, -1, -1):  # Lᵀ y = b: row i scatters into its columns
+        xi = x[i]
+        if xi != 0.0:
+            adr = rowadr[i]
+            for p in range(rownnz[i] - 1):
+                x[colind[adr + p]] -= qld[adr + p] * xi
+    for i in range(n):
+        x[i] *= dinv[i]
+    for i in range(n):  # L x = z
+        adr = rowadr[i]
+        s = x[i]
+        for p in range(rownnz[i] - 1):
+            s -= qld[adr + p] * x[colind[adr + p]]
+        x[i] = s
+
+
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _m_solve(pb, b, x):
+    """``x = M⁻¹ b`` with the problem's factor of ``M``."""
+    ldl_solve(pb.Lrn, pb.Lra, pb.Lci, pb.Lq, pb.Ldi, b, x)
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
 def _lower_solve_rows(L, X):
     """In place ``X ← L⁻¹ X`` for ``X (n, m)`` (row axpys)."""
     n = L.shape[0]
@@ -533,7 +611,7 @@ def _smatvec(C, idx, nnz, x, out):
 # ---------------------------------------------------------------- problem bundle
 
 Prob = namedtuple("Prob", [
-    "M", "LM", "c", "J", "aref", "D", "R", "floss", "kind", "cdim", "cmu", "cfric",
+    "M", "Lrn", "Lra", "Lci", "Lq", "Ldi", "c", "J", "aref", "D", "R", "floss", "kind", "cdim", "cmu", "cfric",
     "jnz", "jnnz", "Ceq", "ce_idx", "ce_nnz", "Cbox", "cb_idx", "cb_nnz", "lo", "hi",
     "rho_e", "rho_b", "sc_e", "sc_b", "Q", "q", "Ka2", "Kf2", "e2",
 ])
@@ -549,9 +627,10 @@ Work = namedtuple("Work", [
 def _ws_sizes(nv, nefc, nz, nb, m2, ncone):
     """Lengths ``(float64, int64)`` of the workspace :func:`gdd_solve` carves its arrays from."""
     nev = 2 * nefc + 1
-    nf = (nefc * 13 + nv * nv * 5 + nv * 13 + m2 * (nv * 2 + nefc + 4) + nz * 3 + nb * 4
+    tri = nv * (nv + 1) // 2
+    nf = (nefc * 13 + nv * nv * 4 + tri + nv * 14 + m2 * (nv * 2 + nefc + 4) + nz * 3 + nb * 4
           + ncone * 36 + nev + (nv + nz + nb + m2) * nv)
-    ni = (nz + nb + nefc) * (nv + 1) + nefc * 8 + nb * 4 + nev * 3 + 1
+    ni = (nz + nb + nefc) * (nv + 1) + nefc * 8 + nb * 4 + nev * 3 + 1 + 2 * nv + tri
     return nf, ni
 
 
@@ -652,7 +731,7 @@ def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
     for k in range(nv):
         wk.g[k] += pb.c[k]
     _matTvec_add(pb.J, wk.f, wk.g, -1.0)
-    chol_solve(pb.LM, wk.g, wk.y)
+    _m_solve(pb, wk.g, wk.y)
     _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, wk.g, wk.h)
     _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, wk.g, wk.w)
     phi = 0.5 * _dot(wk.g, wk.y) + _constraint_terms(pb, wk, lam, mu_lo, mu_hi)
@@ -673,7 +752,7 @@ def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
     return phi, ell
 
 
-@njit(cache=True, fastmath=FM, error_model="numpy")
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell):
     """Objective and gradient after the multipliers changed (a, g, f and ℓ unchanged)."""
     phi = 0.5 * _dot(wk.g, wk.y) + ell + _constraint_terms(pb, wk, lam, mu_lo, mu_hi)
@@ -681,7 +760,7 @@ def _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell):
     return phi
 
 
-@njit(cache=True, fastmath=FM, error_model="numpy")
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _constraint_terms(pb, wk, lam, mu_lo, mu_hi):
     """Augmented-Lagrangian terms of the constraints at the current ``h = Ceq g``, ``w = Cbox g``:
     ``Σ_e λ_e h_e + ½ ρ_e h_e²`` plus the box penalty ψ; updates the box multipliers ``ν``."""
@@ -692,7 +771,7 @@ def _constraint_terms(pb, wk, lam, mu_lo, mu_hi):
     return total + _box_psi(wk.w, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b)
 
 
-@njit(cache=True, fastmath=FM, error_model="numpy")
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _lagrangian_gradient(pb, wk, a, lam):
     """``∇_g L = y + Ceqᵀ(λ + ρ h) + Cboxᵀ ν`` into ``wk.gradg`` (sparse rows), then the
     gradient in ``a`` (:func:`_eval_gradient`)."""
@@ -713,7 +792,7 @@ def _lagrangian_gradient(pb, wk, a, lam):
     _eval_gradient(pb, wk, a)
 
 
-@njit(cache=True, fastmath=FM, error_model="numpy")
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _eval_gradient(pb, wk, a):
     """``∇L = P ∇_g L + Q a + q + K2ᵀ r2`` with ``P z = M z + Jᵀ H (J z)`` for the current states."""
     nv = a.shape[0]
@@ -758,7 +837,8 @@ def _build_hessian(pb, wk):
     """Gauss-Newton Hessian ``Pᵀ S P + Q + K2ᵀK2`` (eq. 18 with the AL terms), factored into LH.
 
     ``S = M⁻¹ + Ceqᵀ diag(ρ_e) Ceq + Cboxᵀ diag(ρ_b · on) Cbox``; ``Pᵀ M⁻¹ P = XᵀX``
-    with ``X = L_M⁻¹ P`` (forward substitution, no explicit inverse).  Returns False if
+    with ``X = D^(−½) L⁻ᵀ P`` (``M = Lᵀ D L``, :func:`ldl_factor`: row axpys over the
+    factor's nonzeros, no explicit inverse).  Returns False if
     the factorization fails even after a small relative diagonal shift.
     """
     M = pb.M
@@ -801,28 +881,31 @@ def _build_hessian(pb, wk):
                 for k in range(nv):
                     P[kp, k] += jp * J[i, k]
         i += 1
-    # Hm = Q + ZᵀZ with the rows of Z: X = L_M⁻¹P (nv rows), √ρ_e Ceq_e P, √ρ_j Cbox_j P (box
-    # terms on) and the rows of K2.  Z is stored transposed (ZT, nv × rows): column r of X is
-    # L_M⁻¹ P[:, r] = L_M⁻¹ P[r, :]ᵀ (P is symmetric), a forward substitution whose inner
-    # products run over contiguous rows; then Hm_rk = Q_rk + ZT_r · ZT_k (contiguous dot
-    # products of length "rows", which vectorize).  Only the lower triangle of Hm is formed
-    # (all the Cholesky factor reads).
-    LM = pb.LM
+    # Hm = Q + ZᵀZ with the rows of Z: X = D^(−½) L⁻ᵀ P (nv rows; P M⁻¹ P = XᵀX since P is
+    # symmetric), √ρ_e Ceq_e P, √ρ_j Cbox_j P (box terms on) and the rows of K2.  Z is stored
+    # transposed (ZT, nv × rows); Hm_rk = Q_rk + ZT_r · ZT_k (contiguous dot products of
+    # length "rows", which vectorize).  Only the lower triangle of Hm is formed (all the
+    # Cholesky factor reads).
     ZT = wk.Z
     X = wk.LH  # scratch until the factorization below
-    for t in range(nv):  # X = L_M⁻¹ P by row axpys (vectorized), then ZT[:, :nv] = Xᵀ
-        for k in range(nv):
-            X[t, k] = P[t, k]
-        for k2 in range(t):
-            lt = LM[t, k2]
-            for k in range(nv):
-                X[t, k] -= lt * X[k2, k]
-        inv = 1.0 / LM[t, t]
-        for k in range(nv):
-            X[t, k] *= inv
     for t in range(nv):
         for k in range(nv):
-            ZT[k, t] = X[t, k]
+            X[t, k] = P[t, k]
+    rn = pb.Lrn
+    ra = pb.Lra
+    ci = pb.Lci
+    lq = pb.Lq
+    for t in range(nv - 1, -1, -1):  # Lᵀ X = P: row t scatters into the rows of its columns
+        adr = ra[t]
+        for p in range(rn[t] - 1):
+            j = ci[adr + p]
+            lt = lq[adr + p]
+            for k in range(nv):
+                X[j, k] -= lt * X[t, k]
+    for t in range(nv):
+        sd = math.sqrt(pb.Ldi[t])
+        for k in range(nv):
+            ZT[k, t] = sd * X[t, k]
     ncol = nv
     for e in range(nz):
         sr = math.sqrt(pb.rho_e[e])
@@ -880,7 +963,7 @@ STEP_LIMIT = 1e6
 RESULT_LIMIT = 1e6
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _mark_kinks(pb, wk):
     """Find rows sitting on a breakpoint of ``s`` and give them a definite state.
 
@@ -960,7 +1043,7 @@ def _bwd_solve(L, x):
             x[k] -= L[i, k] * xi
 
 
-@njit(cache=True, fastmath=FM, error_model="numpy")
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _pinned(wk):
     nk = wk.nk[0]
     idx = np.empty(nk, dtype=np.int64)
@@ -1096,7 +1179,7 @@ def _release(pb, wk, kidx, nu, tol):
 # ---------------------------------------------------------------- exact line search (pyramidal)
 
 
-@njit(cache=True, fastmath=FM, error_model="numpy")
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _piece_slopes(pb, d, Jd, rowstate, g1, y1, h1, w1, r1, dfd):
     """Slopes along the line in the current piece: ``g1 = P d``, ``y1 = M⁻¹g1``, ``h1, w1, r1``."""
     nv = d.shape[0]
@@ -1106,7 +1189,7 @@ def _piece_slopes(pb, d, Jd, rowstate, g1, y1, h1, w1, r1, dfd):
         dfd[i] = -pb.D[i] * Jd[i] if rowstate[i] == STATE_QUADRATIC else 0.0
     _matvec(pb.M, d, g1)
     _matTvec_add(pb.J, dfd, g1, -1.0)
-    chol_solve(pb.LM, g1, y1)
+    _m_solve(pb, g1, y1)
     _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, g1, h1)
     _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, g1, w1)
     for r in range(m2):
@@ -1322,7 +1405,7 @@ def _phi_line(pb, alpha, a, d, Jd, Md, lam, mu_lo, mu_hi, lw):
     for k in range(nv):
         gt[k] += pb.c[k]
     _matTvec_add(pb.J, ft, gt, -1.0)
-    chol_solve(pb.LM, gt, yt)
+    _m_solve(pb, gt, yt)
     _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, gt, ht)
     _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, gt, wt)
     _box_nu(wt, pb.lo, pb.hi, mu_lo, mu_hi, pb.rho_b, nut, bact)
@@ -1538,7 +1621,7 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _feasibility(pb, wk):
     fe = 0.0
     for e in range(pb.Ceq.shape[0]):
@@ -1608,15 +1691,16 @@ def _assemble_cost(M, mass_w, mass_t, diag_w, diag_m, diag_t, Ka1, e1, wa, Q, q,
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
-def _scales(LM, Ceq, Bdir, rho, rho_e, rho_b, sc_e, sc_b):
-    """Penalties ``ρ_k = ρ · n_kᵀ M⁻¹ n_k`` and violation scales ``‖M⁻¹ n_k‖``."""
-    nv = LM.shape[0]
-    col = np.empty(nv)
+def _scales(pb, Bdir, rho, col, rho_e, rho_b, sc_e, sc_b):
+    """Penalties ``ρ_k = ρ · n_kᵀ M⁻¹ n_k`` and violation scales ``‖M⁻¹ n_k‖`` (``col (nv,)``:
+    scratch)."""
+    nv = col.shape[0]
+    Ceq = pb.Ceq
     for e in range(Ceq.shape[0] + Bdir.shape[0]):
         src = Ceq[e] if e < Ceq.shape[0] else Bdir[e - Ceq.shape[0]]
         for k in range(nv):
             col[k] = src[k]
-        chol_solve(LM, col, col)
+        _m_solve(pb, col, col)
         r = rho * max(_dot(src, col), 1e-300)
         s = math.sqrt(_dot(col, col))
         if e < Ceq.shape[0]:
@@ -1627,7 +1711,7 @@ def _scales(LM, Ceq, Bdir, rho, rho_e, rho_b, sc_e, sc_b):
             sc_b[e - Ceq.shape[0]] = s
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _same_pattern(wk, fact_state, fact_bact, have_factor):
     """True when the Hessian factor was built for the current constraint and box pattern."""
     if not have_factor:
@@ -1641,7 +1725,7 @@ def _same_pattern(wk, fact_state, fact_bact, have_factor):
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, inline="always", error_model="numpy")
 def _save_pattern(wk, fact_state, fact_bact):
     for i in range(wk.state.shape[0]):
         fact_state[i] = wk.state[i]
@@ -1659,7 +1743,8 @@ def _cold_start(a, a_free, lam, mu_lo, mu_hi):
     mu_hi[:] = 0.0
 
 @njit(cache=True, error_model="numpy")
-def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con_fric, con_adr,
+def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
+              c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con_fric, con_adr,
               actbuf, scales, costbuf, Kf2,
               a, lam, mu_lo, mu_hi, params, iparams,
               out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi):
@@ -1681,6 +1766,10 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
 
     Args:
       M (nv, nv), c (nv,): inertia and non-control force.
+      Mrownnz, Mrowadr, Mcolind (nv,), (nv,), (nnz,) int, qld (nnz,), qldinv (nv,): the factor
+        ``M = Lᵀ D L`` in MuJoCo's layout (``model.M_rownnz/M_rowadr/M_colind``,
+        ``data.qLD``, ``data.qLDiagInv``: :func:`ldl_factor`), or empty ``qld``: then ``M``
+        is factored here (dense triangle, :func:`ldl_dense`).
       J (nefc, nv), aref, D, R, floss (nefc,), efc_type, efc_id (nefc,): constraint rows.
       con_dim, con_mu, con_fric (ncon, 5), con_adr (ncon,): contact data (elliptic cones only).
       actbuf: the actuation, packed (``ActuationArrays.packed``; sizes ``iparams[IPAR_NZ,
@@ -1774,11 +1863,15 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     fact_bact, oi = _take(wsi, oi, nb)
     l_order, oi = _take(wsi, oi, 2 * nefc + 1)
     prev_kink, oi = _take(wsi, oi, nefc)
+    m_rn, oi = _take(wsi, oi, nv)
+    m_ra, oi = _take(wsi, oi, nv)
+    m_ci, oi = _take(wsi, oi, nv * (nv + 1) // 2)
     # float part
     of = 0
     cmu, of = _take(wsf, of, nefc)
     cfric, of = _take2(wsf, of, nefc, 5)
-    LM, of = _take2(wsf, of, nv, nv)
+    m_q, of = _take(wsf, of, nv * (nv + 1) // 2)
+    m_di, of = _take(wsf, of, nv)
     Q, of = _take2(wsf, of, nv, nv)
     q, of = _take(wsf, of, nv)
     Ka2s, of = _take2(wsf, of, m2, nv)
@@ -1844,11 +1937,13 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     row_kinds(efc_type, efc_id, con_dim, con_mu, con_fric, con_adr, kind, cdim, cmu, cfric)
     if ncone > 0:
         exact_ls = 0
-    if not cholesky(M, LM):
-        stats[ST_STATUS] = STATUS_NUMERICAL_ERROR
-        return
-    if iparams[IPAR_SCALES] == 1:
-        _scales(LM, Ceq, Bdir, rho, scales[0], scales[1], scales[2], scales[3])
+    if qld.shape[0] > 0:  # MuJoCo's factor of M (qLD, after mj_fwdPosition)
+        Lrn, Lra, Lci, Lq, Ldi = Mrownnz, Mrowadr, Mcolind, qld, qldinv
+    else:
+        Lrn, Lra, Lci, Lq, Ldi = m_rn, m_ra, m_ci, m_q, m_di
+        if not ldl_dense(M, Lrn, Lra, Lci, Lq, Ldi):
+            stats[ST_STATUS] = STATUS_NUMERICAL_ERROR
+            return
     rho_e = scales[0, :nz]
     rho_b = scales[1, :nb]
     sc_e = scales[2, :nz]
@@ -1883,7 +1978,7 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
         for i in range(nefc):
             Kf2s[r, i] = sw * Kf2[r, i]
         e2s[r] = sw * e2[r]
-    pb = Prob(M, LM, c, J, aref, D, R, floss, kind, cdim, cmu, cfric, jnz, jnnz,
+    pb = Prob(M, Lrn, Lra, Lci, Lq, Ldi, c, J, aref, D, R, floss, kind, cdim, cmu, cfric, jnz, jnnz,
               Ceq, ce_idx, ce_nnz, Cbox, cb_idx, cb_nnz, lo, hi, rho_e, rho_b, sc_e, sc_b,
               Q, q, Ka2s, Kf2s, e2s)
     wk = Work(w_jar, w_f, w_state, w_hdiag, w_hcone3, w_g, w_y, w_h, w_w, w_nu, w_bact, w_r2,
@@ -1892,16 +1987,18 @@ def gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con
     ls = (l_rowstate, l_g1, l_y1, l_yk, l_hk, l_h1, l_wk, l_w1, l_rk, l_r1, l_dfd, l_tmpnv,
           l_evalpha, l_evrow, l_evtype, l_bhi, l_blo, l_order)
     have_factor = False
+    if iparams[IPAR_SCALES] == 1:
+        _scales(pb, Bdir, rho, w_tmpnv, scales[0], scales[1], scales[2], scales[3])
 
     # ---- safeguard (IPAR_SAFEGUARD): a scale of reasonable accelerations — the free
     # acceleration M⁻¹(−c), the constraint reference accelerations and the cost's targets
     a_free = c_Mt
     for k in range(nv):
         a_free[k] = -c[k]
-    chol_solve(LM, a_free, a_free)
+    _m_solve(pb, a_free, a_free)
     for k in range(nv):
         c_tmp[k] = q[k]
-    chol_solve(LM, c_tmp, c_tmp)
+    _m_solve(pb, c_tmp, c_tmp)
     ascale = 1.0 + math.sqrt(_dot(a_free, a_free)) + math.sqrt(_dot(c_tmp, c_tmp))
     for i in range(nefc):
         ascale = max(ascale, 1.0 + abs(aref[i]))
@@ -2251,7 +2348,9 @@ DO_SUBCOM = 10
 DO_XIPOS = 11
 DO_XPOS = 12
 DO_SITEXPOS = 13
-DO_N = 14
+DO_QLD = 14  # MuJoCo's factor of M (M_rownnz/M_rowadr/M_colind layout) and 1/D
+DO_QLDINV = 15
+DO_N = 16
 
 _CHAIN_NONE = -1
 
@@ -2583,7 +2682,14 @@ def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
     dims = iparams[IPAR_KM:IPAR_KM + 4]  # (km, kd, m1, m2): consecutive
     fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq)
     J = J1[:nefc * nv].reshape((nefc, nv))
-    gdd_solve(M, c, J, aref, D, R, floss, efc_type, efc_type, _EMPTY_I32, _EMPTY_F1, _EMPTY_F5,
+    rn = si[SI_MROWNNZ]
+    ra = si[SI_MROWADR]
+    ci = si[SI_MCOLIND]
+    nnz = si[ra + nv - 1] + si[rn + nv - 1]
+    oq = doff[DO_QLD]
+    oqi = doff[DO_QLDINV]
+    gdd_solve(M, si[rn:rn + nv], si[ra:ra + nv], si[ci:ci + nnz], span[oq:oq + nnz],
+              span[oqi:oqi + nv], c, J, aref, D, R, floss, efc_type, efc_type, _EMPTY_I32, _EMPTY_F1, _EMPTY_F5,
               _EMPTY_I32, actbuf, scales, costbuf, Kf2, a, lam, mu_lo, mu_hi, params, iparams,
               out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi)
 

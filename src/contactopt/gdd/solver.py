@@ -29,10 +29,12 @@ Compiled step: when every cost term is a built-in one (end-effector / centre-of-
 terms with a spring-damper or fixed target, damping, fixed or :class:`PostureTarget`
 acceleration targets) and the model is dense, pyramidal, with state-independent
 actuation, one compiled call (:func:`_kernels.gdd_fast`) reads MuJoCo's arrays directly —
-the inertia from ``d.M``, the forces, and the frame Jacobians and ``J̇v`` from
+the inertia from ``d.M`` and its factor ``M = Lᵀ D L`` from ``d.qLD`` (tree-sparse, as
+``mj_fwdPosition`` left it), the forces, and the frame Jacobians and ``J̇v`` from
 ``cdof``/``cdof_dot``/``cvel`` (as ``mj_jac``/``mj_jacDot``/``mj_jacSubtreeCom``) — and
 solves; no Python object is built per step.  Other costs take the general path
-(:class:`GDDProblem` + :meth:`Cost.arrays`), with identical results.
+(:class:`GDDProblem` + :meth:`Cost.arrays`, ``M`` factored densely in the kernel), with the
+same results up to roundoff.
 
 Safeguard (:attr:`GDDSettings.safeguard`): a non-finite or absurd first guess is replaced
 by the free acceleration ``M⁻¹(−c)``; a non-finite or huge step, a numerical failure or
@@ -363,7 +365,7 @@ class GDDSolver:
         self._fast_ok = bool(
             not mujoco.mj_isSparse(model) and model.opt.cone == int(mujoco.mjtCone.mjCONE_PYRAMIDAL)
             and not self.actuation.state_dependent and self.actuation.uncontrolled.size == 0
-            and model.nM > 0 and hasattr(model, "M_rownnz"))
+            and model.nM > 0 and hasattr(model, "M_rownnz") and _factor_layout_ok(model))
         self._all_controllable = bool(np.array_equal(self.actuation.controllable, np.arange(model.nu)))
         s = self.settings
         self._params[K.PAR_PENALTY] = s.penalty
@@ -459,7 +461,8 @@ class GDDSolver:
         self._prepare(act, ca.dims)
         nefc = problem.nefc
         outs = self._outputs(nefc, act.gain.size)
-        args = (problem.M, problem.c, problem.J, problem.aref, problem.D, problem.R,
+        args = (problem.M, _EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_F, _EMPTY_F,  # M factored in the kernel
+                problem.c, problem.J, problem.aref, problem.D, problem.R,
                 problem.floss, problem.efc_type, problem.efc_id, problem.con_dim,
                 problem.con_mu, problem.con_fric, problem.con_adr,
                 self._actbuf, self._scales, ca.buffer, ca.Kf2,
@@ -688,7 +691,28 @@ def _kernel_entry(fn, args):
         return fn
 
 
+def _factor_layout_ok(model) -> bool:
+    """Whether ``data.qLD`` holds ``M = Lᵀ D L`` in the CSR layout of ``model.M_rownnz/M_rowadr/
+    M_colind`` (what the compiled step reads), checked once at ``qpos0``: ``_kernels.ldl_factor``
+    of ``data.M`` must reproduce it (MuJoCo versions that keep ``qLD`` in another layout use the
+    general path)."""
+    try:
+        d = mujoco.MjData(model)
+        mujoco.mj_fwdPosition(model, d)
+        if d.M.shape != d.qLD.shape or d.qLDiagInv.shape != (model.nv,):
+            return False
+        rn, ra, ci = (np.asarray(x, dtype=np.int64) for x in (model.M_rownnz, model.M_rowadr, model.M_colind))
+        q, dinv = np.array(d.M, dtype=float), np.empty(model.nv)
+        return bool(K.ldl_factor(rn, ra, ci, q, dinv)
+                    and np.allclose(q, d.qLD, rtol=1e-9, atol=1e-12 * max(1.0, np.abs(d.qLD).max()))
+                    and np.allclose(dinv, d.qLDiagInv, rtol=1e-9))
+    except (AttributeError, ValueError, TypeError):
+        return False
+
+
 _EMPTY_KF2 = np.zeros((0, 0))
+_EMPTY_I = np.zeros(0, dtype=np.int64)  # no MuJoCo factor of M on the general path
+_EMPTY_F = np.zeros(0)
 
 
 class _FastPlan:
@@ -799,7 +823,8 @@ class _FastPlan:
 
 #: MuJoCo fixed-size arrays the compiled step reads, by ``_kernels.DO_*`` offset index
 _SPAN_FIELDS = ("M", "qpos", "qvel", "qfrc_bias", "qfrc_passive", "qfrc_applied", "xfrc_applied",
-                "cdof", "cdof_dot", "cvel", "subtree_com", "xipos", "xpos", "site_xpos")
+                "cdof", "cdof_dot", "cvel", "subtree_com", "xipos", "xpos", "site_xpos",
+                "qLD", "qLDiagInv")
 
 
 def _data_span(model, data):
