@@ -555,3 +555,122 @@ def test_subclass_overriding_evaluate_is_not_batched(mixed_model, rng):
     r = plain(x) + 1.0
     assert cost.value(x) == pytest.approx(0.5 * r @ r, rel=1e-12)
     assert cost.value(x) != pytest.approx(ref.value(x))
+
+
+def test_compiled_kinematics_pass_equals_python_loop_bit_for_bit(mixed_model, rng, monkeypatch):
+    """The compiled per-stage MuJoCo loop of the batched evaluation (positions, the four
+    Jacobian kinds) gives exactly the numbers of the Python loop."""
+    import contactopt.costs as costs_module
+    from contactopt.costs import _evaluate_stages
+    from contactopt.dynamics import mujoco_fd
+
+    if not mujoco_fd.NATIVE:
+        pytest.skip("compiled MuJoCo loops not available on this installation")
+    model = mixed_model
+    cost = StageCost(model, [
+        CostTerm(SitePosition(model, "tip", [0.1, 0.0, 0.3]), SmoothAbs(0.2), 2.0),
+        CostTerm(BodyPosition(model, "elbow", axes="xz"), Quadratic(), 1.0),
+        CostTerm(BodyPosition(model, "slider", point="com", axes="xy"), L2(0.1), 1.5),
+        CostTerm(CenterOfMassVelocity(model, axes="xy", position_jacobian=False), Quadratic(), 0.7),
+        CostTerm(Combination([(1.0, CenterOfMass(model)), (-1.0, CenterOfMass(model, "ball"))]),
+                 SmoothAbs(0.1), 3.0),
+        CostTerm(Qvel(model), Quadratic(), 0.1),
+        CostTerm(Control(model), Cosh(0.5), 0.2),
+    ])
+    N = 7
+    X = np.stack([random_state(model, rng) for _ in range(N)])
+    U = rng.normal(size=(N, model.nu))
+    data = mujoco.MjData(model)
+    for derivatives in (False, True):
+        got = _evaluate_stages(cost, data, X, U, derivatives)
+        monkeypatch.setattr(costs_module, "_NATIVE_KINEMATICS_ENABLED", [False])
+        want = _evaluate_stages(cost, data, X, U, derivatives)
+        monkeypatch.setattr(costs_module, "_NATIVE_KINEMATICS_ENABLED", [True])
+        for g, w in zip(got, want):
+            if w is None:
+                assert g is None
+            else:
+                np.testing.assert_array_equal(g, w)
+    # the gathered rows themselves
+    points = [("site_xpos", 0), ("xpos", 2), ("xipos", 3), ("subtree_com", 0)]
+    jacs = [("jac_site", 0), ("jac_body", 2), ("jac_bodycom", 3), ("jac_subtreecom", 1)]
+    P, J = mujoco_fd.native_kinematics(model, data, X, points, jacs)
+    for i in range(N):
+        d = mujoco.MjData(model)
+        nq, nv = model.nq, model.nv
+        d.qpos[:], d.qvel[:] = X[i, :nq], X[i, nq:nq + nv]
+        d.act[:] = X[i, nq + nv:]
+        mujoco.mj_kinematics(model, d)
+        mujoco.mj_comPos(model, d)
+        for k, (kind, oid) in enumerate(points):
+            np.testing.assert_array_equal(P[k, i], getattr(d, kind)[oid])
+        jac = np.empty((3, nv))
+        for k, (kind, oid) in enumerate(jacs):
+            if kind == "jac_subtreecom":
+                mujoco.mj_jacSubtreeCom(model, d, jac, oid)
+            else:
+                fn = {"jac_site": mujoco.mj_jacSite, "jac_body": mujoco.mj_jacBody,
+                      "jac_bodycom": mujoco.mj_jacBodyCom}[kind]
+                fn(model, d, jac, None, oid)
+            np.testing.assert_array_equal(J[k, i], jac)
+
+
+def test_nonfinite_residual_is_reported_by_name_with_the_combined_check(mixed_model, rng):
+    from contactopt.costs import _evaluate_stages
+
+    model = mixed_model
+    cost = StageCost(model, [CostTerm(Control(model), Quadratic(), 1.0),
+                             CostTerm(Qvel(model, name="speed"), Quadratic(), 1.0)])
+    X = np.stack([random_state(model, rng) for _ in range(4)])
+    X[2, model.nq + 1] = np.inf      # bypasses the input validation of the public methods
+    with pytest.raises(NonFiniteError, match=r"speed.*stage 2"):
+        _evaluate_stages(cost, mujoco.MjData(model), X, np.zeros((4, model.nu)), True)
+
+
+def test_single_component_terms_accumulate_exactly_like_einsum_and_matmul(mixed_model, rng):
+    """Terms with one residual component take an elementwise shortcut in the Gauss-Newton sums;
+    it reproduces numpy's einsum / matmul accumulation bit for bit."""
+    from contactopt.costs import _evaluate_stages
+
+    model = mixed_model
+    terms = [CostTerm(SitePosition(model, "tip", [0.0, 0.0, 0.4], axes="z"), SmoothAbs(0.2), 2.0),
+             CostTerm(Qpos(model, dofs=[6]), OneSidedQuadratic(), 30.0),
+             CostTerm(Qvel(model, dofs=[1]), L2(0.1), 0.5),                 # non-diagonal Hessian path
+             CostTerm(Control(model, actuators=["hinge_motor"]), Cosh(0.5), 0.3),
+             CostTerm(Qvel(model, dofs=[0, 4]), Quadratic(), 0.1)]          # two components: einsum
+    cost = StageCost(model, terms)
+    N = 6
+    X = np.stack([random_state(model, rng) for _ in range(N)])
+    U = rng.normal(size=(N, model.nu))
+    got = _evaluate_stages(cost, mujoco.MjData(model), X, U, True)
+    ndx, nu = cost.ndx, cost.nu
+    lx, lu = np.zeros((N, ndx)), np.zeros((N, nu))
+    lxx, luu, lux = np.zeros((N, ndx, ndx)), np.zeros((N, nu, nu)), np.zeros((N, nu, ndx))
+    data = mujoco.MjData(model)
+    for t in terms:
+        R, JX, JU = [], [], []
+        for i in range(N):
+            x = X[i]
+            data.qpos[:], data.qvel[:] = x[:model.nq], x[model.nq:model.nq + model.nv]
+            data.act[:] = x[model.nq + model.nv:]
+            mujoco.mj_kinematics(model, data)
+            mujoco.mj_comPos(model, data)
+            r, jx, ju = t.residual.evaluate(data, x, U[i], True)
+            R.append(r)
+            JX.append(np.zeros((t.residual.size, ndx)) if jx is None else jx)
+            JU.append(np.zeros((t.residual.size, nu)) if ju is None else ju)
+        r, jx, ju = np.array(R), np.array(JX), np.array(JU)
+        g = t.weight * t.norm.gradient(r)
+        if t.norm.diagonal_hessian:
+            h = t.weight * t.norm.hessian_diagonal(r)
+            hjx, hju = h[:, :, None] * jx, h[:, :, None] * ju
+        else:
+            H = t.weight * t.norm.hessian(r)
+            hjx, hju = H @ jx, H @ ju
+        lx += np.einsum("nmi,nm->ni", jx, g)
+        lxx += np.swapaxes(jx, 1, 2) @ hjx
+        lu += np.einsum("nmi,nm->ni", ju, g)
+        luu += np.swapaxes(ju, 1, 2) @ hju
+        lux += np.swapaxes(ju, 1, 2) @ hjx
+    for a, b in zip(got[1:], (lx, lu, lxx, luu, lux)):
+        np.testing.assert_array_equal(a, b)

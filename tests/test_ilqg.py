@@ -12,6 +12,7 @@ from scipy.optimize import minimize
 from contactopt import NonFiniteError, ParameterError, ShapeError, load_model, pack_state
 from contactopt.costs import (
     BodyPosition,
+    CenterOfMass,
     Control,
     CostTerm,
     LinearQuadraticCost,
@@ -763,3 +764,154 @@ def test_solve_with_compiled_backward_pass_equals_reference_solve(settings, smal
     assert [l.backward_restarts for l in got6.iterations] == [l.backward_restarts for l in ref6.iterations]
     np.testing.assert_allclose(got6.U, ref6.U, rtol=0, atol=1e-5)
     assert got6.cost == pytest.approx(ref6.cost, rel=1e-9)
+
+
+# --------------------------------------------------------------------------- compiled MuJoCo loops
+
+
+@pytest.mark.skipif(not __import__("contactopt.dynamics.mujoco_fd", fromlist=["NATIVE"]).NATIVE,
+                    reason="compiled MuJoCo loops not available on this installation")
+def test_compiled_rollout_and_derivatives_equal_python_loops_bit_for_bit(small_model, rng, monkeypatch):
+    model = small_model
+    T = 12
+    U = rng.uniform(-1.5, 1.5, size=(T, model.nu))
+    x0 = small_state(model, rng)
+    K = rng.normal(scale=2.0, size=(T, model.nu, 2 * model.nv + model.na))
+    lo, hi = np.array([-1.0, -0.5]), np.array([1.0, 0.7])
+    runs = {}
+    for native in (True, False):
+        dyn = MujocoDynamics(model, nthread=3)
+        dyn.native = native
+        ref = dyn.rollout(x0, U)
+        x1 = dyn.state_integrate(x0, rng.normal(scale=0.05, size=dyn.ndx)) if native else runs[True][1]
+        fb = dyn.rollout(x1, U, X_ref=ref.X, K=K, lower=lo, upper=hi)
+        bad = dyn.rollout(x0, np.full((T, model.nu), 1e12), lower=np.full(2, -np.inf),
+                          upper=np.full(2, np.inf))
+        derivs = [dyn.derivatives(fb.X, fb.U, nthread=n) for n in (1, 2, 3)]
+        runs[native] = (ref, x1, fb, bad, derivs)
+        dyn.close()
+    (r1, _, f1, b1, d1), (r0, _, f0, b0, d0) = runs[True], runs[False]
+    for a, b in ((r1, r0), (f1, f0), (b1, b0)):
+        np.testing.assert_array_equal(a.X, b.X)
+        np.testing.assert_array_equal(a.U, b.U)
+        assert (a.diverged, a.diverged_at) == (b.diverged, b.diverged_at)
+    assert np.any(f1.U == hi) or np.any(f1.U == lo)     # the clamp was exercised
+    for (A, B) in d1 + d0:
+        np.testing.assert_array_equal(A, d0[0][0])
+        np.testing.assert_array_equal(B, d0[0][1])
+
+
+def test_compiled_divergent_rollout_matches_python(monkeypatch):
+    model = mujoco.MjModel.from_xml_string(
+        "<mujoco><option timestep='0.01'/><worldbody><body><joint name='j' type='slide'/>"
+        "<geom size='.1' mass='1e-6'/></body></worldbody>"
+        "<actuator><motor joint='j' gear='1e12'/></actuator></mujoco>")
+    out = []
+    for native in (True, False):
+        dyn = MujocoDynamics(model, nthread=1)
+        dyn.native = native
+        out.append(dyn.rollout(np.zeros(dyn.nx), np.full((5, 1), 1e9)))
+    assert out[0].diverged and (out[0].diverged_at, out[0].diverged) == (out[1].diverged_at, out[1].diverged)
+    np.testing.assert_array_equal(out[0].X, out[1].X)
+    np.testing.assert_array_equal(out[0].U, out[1].U)
+
+
+def test_warm_started_mpc_solves_equal_python_loops_bit_for_bit(small_model, rng, monkeypatch):
+    """Whole warm-started solves (rollouts, finite differences, cost kinematics compiled; the total
+    taken from the cost derivatives) give exactly the results of the Python loops."""
+    model = small_model
+    cost = TrajectoryCost(StageCost(model, [
+        CostTerm(Control(model), Quadratic(), 0.01),
+        CostTerm(CenterOfMass(model, target=[0.2, 0.0, 0.6]), Quadratic(), 5.0),
+        CostTerm(BodyPosition(model, 1, axes="xz"), Quadratic(), 1.0),
+        CostTerm(BodyPosition(model, 2, point="com"), Quadratic(), 1.0),
+        CostTerm(Qvel(model), Quadratic(), 0.1)]))
+    x0 = small_state(model, rng)
+    settings = ILQGSettings(mu_init=1e-3, line_search_steps=(1.0, 0.5, 0.25, 0.1))
+
+    def run(native):
+        dyn = MujocoDynamics(model, nthread=2)
+        dyn.native = native
+        solver = ILQG(dyn, cost, settings)
+        res = solver.solve(x0, np.zeros((15, model.nu)), max_iterations=5)
+        out = [res]
+        for _ in range(4):
+            res = solver.solve_from_warm_start(res.X[1], res, shift=1.0, max_iterations=2)
+            out.append(res)
+        solver.dynamics.close()
+        return out
+
+    fast = run(True)
+    import contactopt.costs as costs_module
+
+    monkeypatch.setattr(costs_module, "_NATIVE_KINEMATICS_ENABLED", [False])
+    monkeypatch.setattr(TrajectoryCost, "total_is_evaluate_sum", False)
+    ref = run(False)
+    for a, b in zip(fast, ref):
+        for name in ("X", "U", "K", "k"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        assert (a.cost, a.initial_cost, a.status, a.mu, a.delta) == (b.cost, b.initial_cost, b.status, b.mu, b.delta)
+        assert [(l.cost, l.new_cost, l.alpha, l.mu, l.line_search_trials) for l in a.iterations] == \
+               [(l.cost, l.new_cost, l.alpha, l.mu, l.line_search_trials) for l in b.iterations]
+
+
+def test_total_from_cost_derivatives_is_exact(small_model, rng):
+    model = small_model
+    cost = TrajectoryCost(StageCost(model, [CostTerm(Control(model), Quadratic(), 0.3),
+                                            CostTerm(Qvel(model), Quadratic(), 0.1)]))
+    assert cost.total_is_evaluate_sum
+    dyn = MujocoDynamics(model, nthread=1)
+    U = rng.uniform(-1, 1, size=(7, model.nu))
+    X = dyn.rollout(small_state(model, rng), U).X
+    assert float(cost.evaluate(X, U).l.sum()) == cost.total(X, U)
+
+    class Custom(TrajectoryCost):
+        def total(self, X, U):
+            return 2.0 * super().total(X, U)
+
+    assert not Custom(cost.running).total_is_evaluate_sum
+    lq = LinearQuadraticCost(np.eye(2), np.eye(1))
+    assert lq.total_is_evaluate_sum
+    Xl, Ul = rng.normal(size=(5, 2)), rng.normal(size=(4, 1))
+    assert float(lq.evaluate(Xl, Ul).l.sum()) == lq.total(Xl, Ul)
+
+
+def test_background_derivatives_equal_derivatives(small_model, rng):
+    model = small_model
+    T = 11
+    U = rng.uniform(-1, 1, size=(T, model.nu))
+    with MujocoDynamics(model, nthread=2, derivative_stride=2) as dyn:
+        X = dyn.rollout(small_state(model, rng), U).X
+        A, B = dyn.derivatives(X, U)
+        A2, B2 = dyn.derivatives_async(X, U)()
+        np.testing.assert_array_equal(A, A2)
+        np.testing.assert_array_equal(B, B2)
+        dyn.derivatives_async(X + 0.01, U)          # never collected: the next call waits for it
+        A3, B3 = dyn.derivatives(X, U)
+        np.testing.assert_array_equal(A, A3)
+        np.testing.assert_array_equal(B, B3)
+    # a solve stopped by its time limit before the first iteration collects the background work
+    cost = TrajectoryCost(StageCost(model, [CostTerm(Control(model), Quadratic(), 0.1),
+                                            CostTerm(Qvel(model), Quadratic(), 1.0)]))
+    with MujocoDynamics(model, nthread=2) as dyn:
+        res = ILQG(dyn, cost, ILQGSettings(time_limit=1e-9)).solve(small_state(model, rng), U)
+        assert res.status is Status.TIME_LIMIT and not res.iterations
+        assert dyn._pending is None or all(f.done() for f in dyn._pending)
+
+
+def test_compiled_rollout_clamps_like_numpy_signed_zeros_and_nan(monkeypatch):
+    """The compiled clamp reproduces np.minimum(np.maximum(u, lo), hi) bit for bit, signed zeros included."""
+    model = mujoco.MjModel.from_xml_string(
+        "<mujoco><option timestep='0.01'/><worldbody><body><joint name='s' type='slide'/><geom size='.1'/>"
+        "</body></worldbody><actuator>" + "<motor joint='s'/>" * 6 + "</actuator></mujoco>")
+    U = np.array([[-0.0, 0.0, -0.0, 0.0, 0.5, -2.0], [0.0, -0.0, 3.0, -3.0, -0.0, 0.0]])
+    lo = np.array([0.0, -0.0, -0.0, 0.0, -1.0, -1.0])
+    hi = np.array([0.0, 0.0, -0.0, 1.0, 1.0, 1.0])
+    out = []
+    for native in (True, False):
+        dyn = MujocoDynamics(model, nthread=1)
+        dyn.native = native
+        out.append(dyn.rollout(np.zeros(dyn.nx), U, lower=lo, upper=hi).U)
+    np.testing.assert_array_equal(out[0], out[1])
+    np.testing.assert_array_equal(np.signbit(out[0]), np.signbit(out[1]))
+    np.testing.assert_array_equal(np.signbit(out[1]), np.signbit(np.minimum(np.maximum(U, lo), hi)))

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import abc
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol, Sequence
 
@@ -441,11 +442,18 @@ def _defining_class(cls, name):
     return object
 
 
+_BATCHABLE_CLASSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # class -> batchable
+
+
 def _batch_requests(residual: Residual, jacobian: bool):
     """``residual.batch_requests(jacobian)``, or None where a subclass overrode ``evaluate``
     below the class that implements ``batch_evaluate`` (the batch would bypass it)."""
     cls = type(residual)
-    if not issubclass(_defining_class(cls, "batch_evaluate"), _defining_class(cls, "evaluate")):
+    ok = _BATCHABLE_CLASSES.get(cls)
+    if ok is None:
+        ok = _BATCHABLE_CLASSES[cls] = issubclass(_defining_class(cls, "batch_evaluate"),
+                                                  _defining_class(cls, "evaluate"))
+    if not ok:
         return None
     return residual.batch_requests(jacobian)
 
@@ -1182,6 +1190,23 @@ _JAC_KINDS = {"jac_site": _jac_site, "jac_body": _jac_body, "jac_bodycom": _jac_
               "jac_subtreecom": _jac_subtreecom}
 
 
+_NATIVE_KINEMATICS: list = []
+
+
+def _native_kinematics():
+    """:func:`contactopt.dynamics.mujoco_fd.native_kinematics` (compiled per-stage MuJoCo loop), or
+    None where it is not available (then the Python loop runs; both give the same numbers)."""
+    if not _NATIVE_KINEMATICS:
+        from .dynamics import mujoco_fd
+
+        _NATIVE_KINEMATICS.append(mujoco_fd.native_kinematics if mujoco_fd.NATIVE else None)
+    return _NATIVE_KINEMATICS[0] if _NATIVE_KINEMATICS_ENABLED[0] else None
+
+
+#: switch for tests and timing comparisons: False runs the Python per-stage loop
+_NATIVE_KINEMATICS_ENABLED = [True]
+
+
 def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.ndarray | None,
                      derivatives: bool, row_offset: int = 0, batched: bool = True):
     """Evaluate a stage cost at ``N`` states ``X (N, nx)`` and controls ``U (N, nu)`` (or None).
@@ -1192,6 +1217,8 @@ def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
     all stages at once (:meth:`Residual.batch_evaluate`), the others stage by stage.
     Norms and the Gauss-Newton products are batched over stages.  ``batched=False``
     evaluates every residual stage by stage (the reference the tests compare with).
+    Without stage-by-stage residuals the per-stage MuJoCo work runs as one compiled loop
+    (:func:`contactopt.dynamics.mujoco_fd.native_kinematics`, the same numbers).
 
     Returns ``(l (N,), lx (N, ndx), lu (N, nu), lxx (N, ndx, ndx), luu (N, nu, nu),
     lux (N, nu, ndx))`` (derivative arrays None unless ``derivatives``).
@@ -1216,9 +1243,12 @@ def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
             in_batch.append(k)
             requests.extend(r for r in req if r not in requests)
     point_kinds = [kind for kind in _POINT_KINDS if any(r[0] == kind for r in requests)]
-    full = {kind: np.empty((N,) + getattr(data, kind).shape) for kind in point_kinds}
-    jacs = {r: np.empty((N, 3, model.nv)) for r in requests if r[0] in _JAC_KINDS}
-    jac_calls = [(_JAC_KINDS[r[0]], r[1], out) for r, out in jacs.items()]
+    jac_reqs = [r for r in requests if r[0] in _JAC_KINDS]
+    native = _native_kinematics() if (not per_stage and (point_kinds or jac_reqs)) else None
+    if native is None:
+        full = {kind: np.empty((N,) + getattr(data, kind).shape) for kind in point_kinds}
+        jacs = {r: np.empty((N, 3, model.nv)) for r in jac_reqs}
+        jac_calls = [(_JAC_KINDS[r[0]], r[1], out) for r, out in jacs.items()]
     R = [None] * len(terms)
     JX = [None] * len(terms)
     JU = [None] * len(terms)
@@ -1229,7 +1259,13 @@ def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
             JX[k] = np.zeros((N, t.residual.size, ndx))
             JU[k] = np.zeros((N, t.residual.size, nu)) if t.residual.uses_control else None
     nq, nv = model.nq, model.nv
-    if terms and (per_stage or point_kinds or jac_calls):
+    if native is not None:
+        # the same per-stage MuJoCo calls in one compiled loop, gathering only the requested rows
+        point_reqs = [r for r in requests if r[0] in _POINT_KINDS]
+        P, J = native(model, data, X, point_reqs, jac_reqs)
+        kin = {r: P[k] for k, r in enumerate(point_reqs)}
+        kin.update({r: J[k] for k, r in enumerate(jac_reqs)})
+    elif terms and (per_stage or point_kinds or jac_calls):
         for i in range(N):
             x = X[i]
             data.qpos[:] = x[:nq]
@@ -1252,8 +1288,9 @@ def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
                     if ju is not None and JU[k] is not None:
                         JU[k][i] = ju
     if in_batch:
-        kin = {r: full[r[0]][:, r[1]] for r in requests if r[0] in full}
-        kin.update(jacs)
+        if native is None:
+            kin = {r: full[r[0]][:, r[1]] for r in requests if r[0] in full}
+            kin.update(jacs)
         for k in in_batch:
             res = terms[k].residual
             r, jx, ju = res.batch_evaluate(kin, X, U, derivatives)
@@ -1261,8 +1298,11 @@ def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
             if derivatives:
                 JX[k] = jx                     # None: identically zero (skipped below)
                 JU[k] = ju if res.uses_control else None
+    # one test of all residuals; the first bad term is looked for only when it fails
+    all_finite = (np.isfinite(np.concatenate(R, axis=1)).all() if len(R) > 1
+                  else all(np.isfinite(r).all() for r in R))
     for k, t in enumerate(terms):
-        if not np.all(np.isfinite(R[k])):
+        if not all_finite and not np.all(np.isfinite(R[k])):
             i = int(np.argwhere(~np.isfinite(R[k]))[0][0])
             raise NonFiniteError(
                 f"cost term {t.name}: residual is not finite at stage {i + row_offset} "
@@ -1294,6 +1334,20 @@ def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
             H = w * t.norm.hessian(r)                   # (N, m, m)
             hjx = None if jx is None else H @ jx
             hju = None if ju is None else H @ ju
+        if r.shape[1] == 1:
+            # one residual component: the sums over it have a single product each, which the
+            # elementwise forms below compute exactly as einsum / matmul do (up to the sign of a
+            # zero product, which adding to these accumulators — +0 from np.zeros, never -0 —
+            # cannot show); numpy's stacked matmul is slow for this shape
+            if jx is not None:
+                lx += jx[:, 0, :] * g
+                lxx += jx[:, 0, :, None] * hjx[:, 0, None, :]
+            if ju is not None:
+                lu += ju[:, 0, :] * g
+                luu += ju[:, 0, :, None] * hju[:, 0, None, :]
+                if jx is not None:
+                    lux += ju[:, 0, :, None] * hjx[:, 0, None, :]
+            continue
         if jx is not None:
             lx += np.einsum("nmi,nm->ni", jx, g)
             lxx += np.swapaxes(jx, 1, 2) @ hjx
@@ -1318,6 +1372,11 @@ class TrajectoryCostLike(Protocol):
         """Per-stage values and tangent-space derivatives."""
 
 
+def _same_methods(obj, cls, names) -> bool:
+    """Whether ``obj``'s class uses ``cls``'s own implementation of every method in ``names``."""
+    return all(getattr(type(obj), n) is getattr(cls, n) for n in names)
+
+
 class TrajectoryCost:
     """Total cost of a trajectory: ``J = Σ_{i<T} h ℓ(x_i, u_i) + ℓ_f(x_T)``.
 
@@ -1332,6 +1391,13 @@ class TrajectoryCost:
       ParameterError: non-positive time step, a terminal cost with control terms, or
         costs built for different models.
     """
+
+    @property
+    def total_is_evaluate_sum(self) -> bool:
+        """Whether ``total(X, U)`` is exactly ``evaluate(X, U).l.sum()`` (bit for bit), so that a
+        solver needing both on the same trajectory may take the total from the derivatives
+        (true unless a subclass overrides how either is computed)."""
+        return _same_methods(self, TrajectoryCost, ("total", "stage_values", "evaluate"))
 
     def __init__(self, running: StageCost, terminal: StageCost | None = None, *,
                  timestep: float | None = None):
@@ -1411,6 +1477,11 @@ class LinearQuadraticCost:
       x_ref: ``(nx,)`` target state (default 0).
       u_ref: ``(nu,)`` target control (default 0).
     """
+
+    @property
+    def total_is_evaluate_sum(self) -> bool:
+        """Whether ``total(X, U)`` is exactly ``evaluate(X, U).l.sum()`` (see :class:`TrajectoryCost`)."""
+        return _same_methods(self, LinearQuadraticCost, ("total", "stage_values", "evaluate"))
 
     def __init__(self, Q, R, Qf=None, *, x_ref=None, u_ref=None):
         Q = as_array("Q", Q, (None, None))

@@ -8,8 +8,11 @@ convention of ``mjd_transitionFD``::
     B_i = ∂(f(x_i, u_i + du) ⊖ f(x_i, u_i))/∂du   (ndx, nu)
 
 Derivatives of the ``T`` steps of a trajectory are independent, so they are
-evaluated on a thread pool (one ``MjData`` per thread; ``mjd_transitionFD``
-releases the GIL, so the threads run in parallel).  With ``derivative_stride=k``
+evaluated on a thread pool (one ``MjData`` per share of the steps, each share a
+compiled loop over ``mjd_transitionFD`` that runs without the GIL, so the threads
+run in parallel; :meth:`MujocoDynamics.derivatives_async` leaves the calling thread
+free meanwhile).  Rollouts and the cost's kinematics pass are compiled loops over
+the same MuJoCo C functions as well (bit for bit the results of the Python loops).  With ``derivative_stride=k``
 only every k-th step (and the last) is differentiated and the others are linearly
 interpolated — ``k``× fewer finite differences for slowly varying Jacobians.
 
@@ -21,11 +24,18 @@ masses): build it with :func:`contactopt.model.with_timestep` and
 from __future__ import annotations
 
 import copy
+import ctypes
+import glob
+import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import mujoco
 import numpy as np
+from llvmlite import binding as _llvm
+from numba import njit as _njit
+from numba.core import types as _nb_types
 
 from ..errors import ParameterError, as_array, check_positive
 
@@ -39,6 +49,264 @@ _BAD_WARNINGS = (
     int(mujoco.mjtWarning.mjWARN_BADCTRL),
 )
 _BAD_WARNINGS_IDX = np.array(_BAD_WARNINGS, dtype=np.intp)
+
+
+# =========================================================================== native loops
+#
+# The per-step loops of a rollout and of the cost's kinematics pass call MuJoCo ~10 times per
+# step from Python; most of their time was interpreter overhead.  They run as numba kernels that
+# call the very MuJoCo C functions the Python bindings call (``mj_step``, ``mj_kinematics``, ...,
+# looked up in the ``libmujoco`` the bindings have loaded, on the ``MjModel``/``MjData`` pointers
+# of the Python objects), so the results are bit for bit those of the Python loops, which remain
+# as the reference and the fallback (``NATIVE`` false: no ``libmujoco`` of the bindings' version
+# found next to them, or ``MjData`` without ``_address``; ``MujocoDynamics.native = False``).  The
+# kernels are compiled on first use (numba caches them next to this module).  One difference: a
+# MuJoCo *fatal* error inside a kernel (e.g. ``mj_stackAlloc: out of memory`` with a too small
+# ``<size memory=...>``) goes to MuJoCo's default handler, which prints it and ends the process,
+# where the Python loop raised ``mujoco.FatalError``.
+
+_NATIVE_FUNCTIONS = {
+    # symbol: (MuJoCo function, argument kinds: p = pointer, d = double, i = int)
+    "contactopt_mj_step": ("mj_step", "pp"),
+    "contactopt_mj_kinematics": ("mj_kinematics", "pp"),
+    "contactopt_mj_compos": ("mj_comPos", "pp"),
+    "contactopt_mj_differentiatepos": ("mj_differentiatePos", "ppdpp"),
+    "contactopt_mj_jacsite": ("mj_jacSite", "ppppi"),
+    "contactopt_mj_jacbody": ("mj_jacBody", "ppppi"),
+    "contactopt_mj_jacbodycom": ("mj_jacBodyCom", "ppppi"),
+    "contactopt_mj_jacsubtreecom": ("mj_jacSubtreeCom", "pppi"),
+    "contactopt_mj_setstate": ("mj_setState", "pppi"),
+    # mjtBool flg_centered passed as a zero-extended int (the ABI reads its low byte)
+    "contactopt_mjd_transitionfd": ("mjd_transitionFD", "ppdipppp"),
+}
+
+
+def _find_libmujoco():
+    """The ``libmujoco`` the Python bindings use (same directory, same version), or None."""
+    here = os.path.dirname(mujoco.__file__)
+    for pattern in ("libmujoco.so*", "libmujoco*.dylib", "mujoco.dll"):
+        for path in sorted(glob.glob(os.path.join(here, pattern))):
+            try:
+                lib = ctypes.CDLL(path)
+                ver = lib.mj_versionString
+            except (OSError, AttributeError):
+                continue
+            ver.restype = ctypes.c_char_p
+            if ver().decode() == mujoco.mj_versionString():
+                return lib
+    return None
+
+
+def _bind_native() -> bool:
+    try:
+        probe = mujoco.MjData(mujoco.MjModel.from_xml_string("<mujoco/>"))
+        if not isinstance(getattr(probe, "_address", None), int):
+            return False
+        lib = _find_libmujoco()
+        if lib is None:
+            return False
+        for symbol, (fn, _) in _NATIVE_FUNCTIONS.items():
+            _llvm.add_symbol(symbol, ctypes.cast(getattr(lib, fn), ctypes.c_void_p).value)
+        return True
+    except Exception:  # noqa: BLE001  # pragma: no cover - no native path on this installation
+        return False
+
+
+#: whether the compiled loops are available (else the Python loops run)
+NATIVE = _bind_native()
+
+_ARG = {"p": _nb_types.uintp, "d": _nb_types.float64, "i": _nb_types.int32}
+_mj = {symbol[len("contactopt_"):]: _nb_types.ExternalFunction(
+           symbol, _nb_types.void(*[_ARG[c] for c in kinds]))
+       for symbol, (_, kinds) in _NATIVE_FUNCTIONS.items()}
+_mj_step = _mj["mj_step"]
+_mj_kinematics = _mj["mj_kinematics"]
+_mj_compos = _mj["mj_compos"]
+_mj_differentiatepos = _mj["mj_differentiatepos"]
+_mj_jacsite = _mj["mj_jacsite"]
+_mj_jacbody = _mj["mj_jacbody"]
+_mj_jacbodycom = _mj["mj_jacbodycom"]
+_mj_jacsubtreecom = _mj["mj_jacsubtreecom"]
+_mj_setstate = _mj["mj_setstate"]
+_mjd_transitionfd = _mj["mjd_transitionfd"]
+_MJSTATE_TIME = int(mujoco.mjtState.mjSTATE_TIME)
+
+
+@_njit(cache=True)
+def _mv(M, v):
+    """``M @ v`` exactly as numpy computes it (BLAS gemv; a single-row ``M`` is a dot product)."""
+    if M.shape[0] == 1:
+        out = np.empty(1)
+        out[0] = np.dot(M[0], v)
+        return out
+    return np.dot(M, v)
+
+
+@_njit(cache=True)
+def _np_max(a, b):
+    """``np.maximum`` of two floats as numpy computes it (NaN from either; ``b`` for equal values,
+    so ``max(-0.0, 0.0) = 0.0``: the x86 ``maxpd`` rule numpy's loops follow)."""
+    return a if (math.isnan(a) or a > b) else b
+
+
+@_njit(cache=True)
+def _np_min(a, b):
+    """``np.minimum`` of two floats as numpy computes it (see :func:`_np_max`)."""
+    return a if (math.isnan(a) or a < b) else b
+
+
+@_njit(cache=True)
+def _rollout_kernel(m, d, qpos, qvel, act, ctrl, warnings, bad, U, X_ref, K, feedback, lo, hi, clip,
+                    X, Ua):
+    """The loop of :meth:`MujocoDynamics.rollout` (same operations): ``X[0]`` and the ``MjData``
+    (state, zeroed warm start and warnings) are set by the caller.  Returns the index of the step
+    that diverged (rows after it are NaN), or -1."""
+    T, nu = U.shape
+    nq = qpos.shape[0]
+    nv = qvel.shape[0]
+    na = act.shape[0]
+    dx = np.empty(2 * nv + na)
+    dq = np.empty(nv)
+    for i in range(T):
+        u = U[i].copy()
+        if feedback:
+            xr = X_ref[i]
+            _mj_differentiatepos(m, dq.ctypes.data, 1.0, xr.ctypes.data, qpos.ctypes.data)
+            for j in range(nv):
+                dx[j] = dq[j]
+                dx[nv + j] = qvel[j] - xr[nq + j]
+            for j in range(na):
+                dx[2 * nv + j] = act[j] - xr[nq + nv + j]
+            u = u + _mv(K[i], dx)
+        if clip:
+            for j in range(nu):
+                u[j] = _np_min(_np_max(u[j], lo[j]), hi[j])
+        for j in range(nu):
+            Ua[i, j] = u[j]
+            ctrl[j] = u[j]
+        _mj_step(m, d)
+        xi = X[i + 1]
+        for j in range(nq):
+            xi[j] = qpos[j]
+        for j in range(nv):
+            xi[nq + j] = qvel[j]
+        for j in range(na):
+            xi[nq + nv + j] = act[j]
+        diverged = False
+        for w in bad:
+            if warnings[w] != 0:
+                diverged = True
+        for j in range(nv):
+            if not np.isfinite(xi[nq + j]):
+                diverged = True
+        if diverged:
+            X[i + 1:] = np.nan
+            Ua[i + 1:] = np.nan
+            return i
+    return -1
+
+
+_NO_GAINS = np.zeros((0, 0, 0))
+_ZERO_TIME = np.zeros(1)
+
+
+@_njit(cache=True, nogil=True)
+def _fd_kernel(m, d, qpos, qvel, act, ctrl, qacc_warmstart, zero_time, indices, X, U, eps, centered, A, B):
+    """The loop of ``MujocoDynamics._fd_worker`` without the GIL: for each step ``i`` in
+    ``indices`` load ``X[i]``, ``U[i]``, zero the warm start and the time, and
+    ``mjd_transitionFD`` into ``A[i]``, ``B[i]``."""
+    nq = qpos.shape[0]
+    nv = qvel.shape[0]
+    na = act.shape[0]
+    nu = ctrl.shape[0]
+    for i in indices:
+        x = X[i]
+        for j in range(nq):
+            qpos[j] = x[j]
+        for j in range(nv):
+            qvel[j] = x[nq + j]
+        for j in range(na):
+            act[j] = x[nq + nv + j]
+        for j in range(nu):
+            ctrl[j] = U[i, j]
+        qacc_warmstart[:] = 0.0
+        _mj_setstate(m, d, zero_time.ctypes.data, _MJSTATE_TIME)
+        _mjd_transitionfd(m, d, eps, centered, A[i].ctypes.data, B[i].ctypes.data, 0, 0)
+
+
+#: point kinds and Jacobian kinds of the cost's kinematics kernel (codes = positions)
+NATIVE_POINT_KINDS = ("site_xpos", "xpos", "xipos", "subtree_com")
+NATIVE_JAC_KINDS = ("jac_site", "jac_body", "jac_bodycom", "jac_subtreecom")
+
+
+@_njit(cache=True)
+def _kinematics_kernel(m, d, qpos, qvel, act, site_xpos, xpos, xipos, subtree_com, X,
+                       point_kind, point_id, P, jac_kind, jac_id, J):
+    """Per stage ``i``: load ``X[i]``, ``mj_kinematics``, ``mj_comPos``; copy the requested
+    points (``P[k, i] = <kind>[id]``) and translational Jacobians (``J[k, i]``, ``mj_jac*``)."""
+    N = X.shape[0]
+    nq = qpos.shape[0]
+    nv = qvel.shape[0]
+    na = act.shape[0]
+    for i in range(N):
+        x = X[i]
+        for j in range(nq):
+            qpos[j] = x[j]
+        for j in range(nv):
+            qvel[j] = x[nq + j]
+        for j in range(na):
+            act[j] = x[nq + nv + j]
+        _mj_kinematics(m, d)
+        _mj_compos(m, d)
+        for k in range(point_kind.shape[0]):
+            kind = point_kind[k]
+            oid = point_id[k]
+            for c in range(3):
+                if kind == 0:
+                    P[k, i, c] = site_xpos[oid, c]
+                elif kind == 1:
+                    P[k, i, c] = xpos[oid, c]
+                elif kind == 2:
+                    P[k, i, c] = xipos[oid, c]
+                else:
+                    P[k, i, c] = subtree_com[oid, c]
+        for k in range(jac_kind.shape[0]):
+            kind = jac_kind[k]
+            oid = np.int32(jac_id[k])
+            out = J[k, i].ctypes.data
+            if kind == 0:
+                _mj_jacsite(m, d, out, 0, oid)
+            elif kind == 1:
+                _mj_jacbody(m, d, out, 0, oid)
+            elif kind == 2:
+                _mj_jacbodycom(m, d, out, 0, oid)
+            else:
+                _mj_jacsubtreecom(m, d, out, oid)
+
+
+def native_kinematics(model, data, X, points, jacobians):
+    """Kinematics of ``N`` states for a batched cost evaluation (see ``costs._evaluate_stages``).
+
+    Args:
+      model, data: the ``MjModel`` and a scratch ``MjData`` (overwritten).
+      X: ``(N, nx)`` states.
+      points: ``[(kind, id)]`` with ``kind`` in :data:`NATIVE_POINT_KINDS`.
+      jacobians: ``[(kind, id)]`` with ``kind`` in :data:`NATIVE_JAC_KINDS`.
+
+    Returns:
+      ``(P (len(points), N, 3), J (len(jacobians), N, 3, nv))`` (``P[k]``, ``J[k]`` contiguous).
+    """
+    X = np.ascontiguousarray(X, dtype=float)
+    N = X.shape[0]
+    pk = np.array([NATIVE_POINT_KINDS.index(k) for k, _ in points], dtype=np.int64)
+    pi = np.array([i for _, i in points], dtype=np.int64)
+    jk = np.array([NATIVE_JAC_KINDS.index(k) for k, _ in jacobians], dtype=np.int64)
+    ji = np.array([i for _, i in jacobians], dtype=np.int64)
+    P = np.empty((len(points), N, 3))
+    J = np.zeros((len(jacobians), N, 3, model.nv))
+    _kinematics_kernel(model._address, data._address, data.qpos, data.qvel, data.act, data.site_xpos,
+                       data.xpos, data.xipos, data.subtree_com, X, pk, pi, P, jk, ji, J)
+    return P, J
 
 
 class MujocoDynamics:
@@ -84,9 +352,13 @@ class MujocoDynamics:
         self.control_lower = np.where(limited, rng[:, 0], -np.inf) if model.nu else np.zeros(0)
         self.control_upper = np.where(limited, rng[:, 1], np.inf) if model.nu else np.zeros(0)
         self._data = mujoco.MjData(model)
+        #: run rollouts and finite differences as compiled loops where available (False: the
+        #: Python reference loops; the same results)
+        self.native = True
         self._thread_data: list[mujoco.MjData] = []
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
+        self._pending: list | None = None   # futures of a derivatives_async not yet collected
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -213,6 +485,17 @@ class MujocoDynamics:
         d.time = 0.0
         warn_count = d.warning.number        # live view of the warning counters
         warn_count[_BAD_WARNINGS_IDX] = 0
+        if NATIVE and self.native:
+            feedback = K is not None
+            at = _rollout_kernel(
+                m._address, d._address, d.qpos, d.qvel, d.act, d.ctrl, warn_count, _BAD_WARNINGS_IDX,
+                np.ascontiguousarray(U), np.ascontiguousarray(X_ref) if feedback else X,
+                np.ascontiguousarray(K) if feedback else _NO_GAINS, feedback,
+                np.ascontiguousarray(np.broadcast_to(lo, (self.nu,)), dtype=float),
+                np.ascontiguousarray(np.broadcast_to(hi, (self.nu,)), dtype=float), clip, X, Ua)
+            if at >= 0:
+                return RolloutResult(X, Ua, True, int(at))
+            return RolloutResult(X, Ua)
         # the hot loop: MjData arrays bound once (they are views of the data's memory)
         qpos, qvel, act, ctrl = d.qpos, d.qvel, d.act, d.ctrl
         dx = np.empty(self.ndx)
@@ -278,6 +561,34 @@ class MujocoDynamics:
           between differentiated steps ``a < i < b`` are
           ``(1 − w) A_a + w A_b`` with ``w = (i − a)/(b − a)`` (same for ``B``).
         """
+        return self._derivatives(X, U, nthread, background=False)()
+
+    def derivatives_async(self, X, U, *, nthread: int | None = None):
+        """Start :meth:`derivatives` and return at once, so that the caller can work meanwhile.
+
+        With the compiled loops and ``nthread ≥ 2`` the finite differences run on the worker
+        threads without the GIL while the calling thread goes on; otherwise they run when the
+        result is asked for.  The result is the same as :meth:`derivatives`'.
+
+        Returns:
+          A function of no arguments that waits for and returns ``(A, B)``; it must be called
+          (also when the result is not needed) before this object is used again.
+        """
+        return self._derivatives(X, U, nthread, background=True)
+
+    def _ensure_pool(self, workers: int) -> ThreadPoolExecutor:
+        if self._pool is None or self._pool_size < workers:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            self._pool_size = max(workers, self.nthread)
+            self._pool = ThreadPoolExecutor(max_workers=self._pool_size, thread_name_prefix="contactopt-fd")
+        return self._pool
+
+    def _derivatives(self, X, U, nthread, background: bool):
+        if self._pending:                 # a background computation whose result was not collected
+            pending, self._pending = self._pending, None
+            for f in pending:
+                f.exception()
         U = as_array("U", U, (None, self.nu))
         T = U.shape[0]
         if T < 1:
@@ -292,27 +603,67 @@ class MujocoDynamics:
         nth = max(1, min(nth, len(idx)))
         while len(self._thread_data) < nth:
             self._thread_data.append(mujoco.MjData(self.model))
-        if nth == 1:
-            self._fd_worker(0, idx, X, U, A, B)
+        native = NATIVE and self.native
+        if native:
+            m = self.model
+            Xc, Uc = np.ascontiguousarray(X), np.ascontiguousarray(U)
+            eps, centered = self.eps, int(self.centered)
+
+            def work(j, indices):  # compiled, runs without the GIL
+                d = self._thread_data[j]
+                _fd_kernel(m._address, d._address, d.qpos, d.qvel, d.act, d.ctrl, d.qacc_warmstart,
+                           _ZERO_TIME, np.ascontiguousarray(indices), Xc, Uc, eps, centered, A, B)
         else:
-            if self._pool is None or self._pool_size < nth:
-                if self._pool is not None:
-                    self._pool.shutdown(wait=True)
-                self._pool_size = max(nth, self.nthread)
-                self._pool = ThreadPoolExecutor(max_workers=self._pool_size,
-                                                thread_name_prefix="contactopt-fd")
-            # round-robin split balances steps with and without contacts
-            futures = [self._pool.submit(self._fd_worker, j, idx[j::nth], X, U, A, B)
-                       for j in range(nth)]
-            for f in futures:
-                f.result()
-        if self.derivative_stride > 1:
-            for a, b in zip(idx[:-1], idx[1:]):
-                if b - a > 1:
-                    w = (np.arange(a + 1, b) - a) / (b - a)
-                    A[a + 1:b] = (1 - w)[:, None, None] * A[a] + w[:, None, None] * A[b]
-                    B[a + 1:b] = (1 - w)[:, None, None] * B[a] + w[:, None, None] * B[b]
-        return A, B
+            def work(j, indices):
+                self._fd_worker(j, indices, X, U, A, B)
+
+        def interpolate():
+            if self.derivative_stride > 1:
+                for a, b in zip(idx[:-1], idx[1:]):
+                    if b - a > 1:
+                        w = (np.arange(a + 1, b) - a) / (b - a)
+                        A[a + 1:b] = (1 - w)[:, None, None] * A[a] + w[:, None, None] * A[b]
+                        B[a + 1:b] = (1 - w)[:, None, None] * B[a] + w[:, None, None] * B[b]
+            return A, B
+
+        # round-robin shares balance steps with and without contacts; share j always uses
+        # MjData j, so the result does not depend on which thread runs it
+        if background and native and nth > 1:
+            pool = self._ensure_pool(nth)
+            started = threading.Semaphore(0)
+
+            def share(j):
+                started.release()       # this thread keeps the GIL until the kernel drops it
+                work(j, idx[j::nth])
+
+            futures = [pool.submit(share, j) for j in range(nth)]
+            self._pending = futures
+            for _ in range(nth):        # wait until every share runs (without the GIL)
+                started.acquire()
+
+            def finish():
+                for f in futures:
+                    f.result()
+                if self._pending is futures:
+                    self._pending = None
+                return interpolate()
+
+            return finish
+
+        def run():
+            if nth == 1:
+                work(0, idx)
+            else:
+                # shares 1.. on the pool, share 0 on the calling thread
+                futures = [self._ensure_pool(nth - 1).submit(work, j, idx[j::nth]) for j in range(1, nth)]
+                try:
+                    work(0, idx[0::nth])
+                finally:
+                    for f in futures:
+                        f.result()
+            return interpolate()
+
+        return run
 
 
 def smooth_contacts(model: mujoco.MjModel, *, solref=None, solimp=None,

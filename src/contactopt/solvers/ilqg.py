@@ -52,6 +52,12 @@ same BLAS/LAPACK routines as the Python reference (``_backward_pass_reference`` 
 machines tested).  The first call in a fresh environment compiles it (numba caches
 the result next to the module).
 
+The cost derivatives of the initial trajectory are evaluated right after its rollout
+and give its total cost (for costs whose ``total_is_evaluate_sum`` holds, e.g.
+:class:`~contactopt.costs.TrajectoryCost`: the same number as ``total``, one cost pass
+fewer); dynamics with ``derivatives_async`` (``MujocoDynamics``) compute the first
+iteration's finite differences on their worker threads meanwhile.
+
 For model-predictive control, :meth:`ILQG.solve_from_warm_start` shifts the previous
 plan in time, rolls it out from the new state under the previous feedback gains,
 and continues with the previous μ.
@@ -297,7 +303,9 @@ class IterationLog:
       backward_restarts: backward passes restarted for a non-PD ``Q̃_uu``.
       line_search_trials: rollouts tried.
       time_derivatives: seconds in dynamics + cost derivatives (0 if reused).
-      time_dynamics_derivatives: of which the dynamics (finite differences).
+      time_dynamics_derivatives: of which the dynamics (finite differences); in the first
+        iteration they may run in the background while the cost derivatives are evaluated
+        (``MujocoDynamics.derivatives_async``), and then this is the time until both are done.
       time_backward: seconds in backward passes (restarts included).
       time_line_search: seconds in forward rollouts and cost evaluations.
     """
@@ -808,7 +816,7 @@ class ILQG:
         """
         t_start = time.perf_counter()
         s = self.settings
-        if max_iterations is not None:
+        if max_iterations is not None and max_iterations != s.max_iterations:
             s = replace(s, max_iterations=max_iterations)
         x0 = as_array("x0", x0, (self.nx,))
         U0 = as_array("U_init", U_init, (None, self.nu))
@@ -838,9 +846,31 @@ class ILQG:
             return ILQGResult(roll.X, U0, zeros_K, zeros_k, math.inf, Status.DIVERGED, (), mu, delta,
                               math.inf, time.perf_counter() - t_start, x0)
         X, U = roll.X, roll.U
-        J = self._total(X, U)
+        # The first iteration needs the cost derivatives of this trajectory anyway; where the cost
+        # guarantees that their stage values sum to exactly total(X, U), they are evaluated now and
+        # give J (one cost pass fewer per solve, the same numbers).
+        # Dynamics that can differentiate in the background (MujocoDynamics.derivatives_async)
+        # start on that meanwhile.
+        cd_first, t_cd_first, fd_first = None, 0.0, None
+        if getattr(cost, "total_is_evaluate_sum", False):
+            t0 = time.perf_counter()
+            start_fd = getattr(dyn, "derivatives_async", None)
+            if start_fd is not None:
+                fd_first = start_fd(X, U)
+            try:
+                cd_first = cost.evaluate(X, U)
+                J = self._checked_total(float(cd_first.l.sum()))
+            except BaseException:
+                if fd_first is not None:
+                    fd_first()
+                raise
+            t_cd_first = time.perf_counter() - t0
+        else:
+            J = self._total(X, U)
         J_init = J
         if not math.isfinite(J):
+            if fd_first is not None:
+                fd_first()
             return ILQGResult(X, U, zeros_K, zeros_k, J, Status.DIVERGED, (), mu, delta, J,
                               time.perf_counter() - t_start, x0)
 
@@ -857,9 +887,15 @@ class ILQG:
             t0 = time.perf_counter()
             t_dyn = 0.0
             if need_derivatives:
-                A, B = dyn.derivatives(X, U)
-                t_dyn = time.perf_counter() - t0
-                cd = cost.evaluate(X, U)
+                if cd_first is not None:     # evaluated (and the dynamics started) before the loop
+                    t0 -= t_cd_first
+                    A, B = fd_first() if fd_first is not None else dyn.derivatives(X, U)
+                    t_dyn = time.perf_counter() - t0
+                    cd, cd_first, fd_first = cd_first, None, None
+                else:
+                    A, B = dyn.derivatives(X, U)
+                    t_dyn = time.perf_counter() - t0
+                    cd = cost.evaluate(X, U)
                 if not (np.isfinite(A).all() and np.isfinite(B).all()):
                     status = Status.DIVERGED
                     break
@@ -940,6 +976,8 @@ class ILQG:
                 if mu > s.mu_max:
                     status = Status.LINE_SEARCH_FAILED
                     break
+        if fd_first is not None:            # started but not used (time limit at the first iteration)
+            fd_first()
         return ILQGResult(X, U, K_last, k_last, J, status, tuple(logs), mu, delta, J_init,
                           time.perf_counter() - t_start, x0)
 
@@ -974,7 +1012,10 @@ class ILQG:
     # ------------------------------------------------------------------ helpers
 
     def _total(self, X, U) -> float:
-        J = float(self.cost.total(X, U))
+        return self._checked_total(float(self.cost.total(X, U)))
+
+    @staticmethod
+    def _checked_total(J: float) -> float:
         if math.isnan(J):
             raise NonFiniteError("cost is NaN on a finite trajectory; check the cost terms")
         return J
