@@ -134,12 +134,26 @@ _MJSTATE_TIME = int(mujoco.mjtState.mjSTATE_TIME)
 
 @_njit(cache=True)
 def _mv(M, v):
-    """``M @ v`` exactly as numpy computes it (BLAS gemv; a single-row ``M`` is a dot product)."""
+    """``M @ v`` exactly as numpy computes it (BLAS gemv; a single-row ``M`` is a dot product
+    there, not gemv).  Shared with :mod:`contactopt.solvers._ilqg_kernels`."""
     if M.shape[0] == 1:
         out = np.empty(1)
         out[0] = np.dot(M[0], v)
         return out
     return np.dot(M, v)
+
+
+@_njit(cache=True)
+def _load_state(x, qpos, qvel, act):
+    """``qpos, qvel, act ← x = (qpos, qvel, act)`` (the ``MjData`` views of a kernel)."""
+    nq = qpos.shape[0]
+    nv = qvel.shape[0]
+    for j in range(nq):
+        qpos[j] = x[j]
+    for j in range(nv):
+        qvel[j] = x[nq + j]
+    for j in range(act.shape[0]):
+        act[j] = x[nq + nv + j]
 
 
 @_njit(cache=True)
@@ -215,18 +229,9 @@ def _fd_kernel(m, d, qpos, qvel, act, ctrl, qacc_warmstart, zero_time, indices, 
     """The loop of ``MujocoDynamics._fd_worker`` without the GIL: for each step ``i`` in
     ``indices`` load ``X[i]``, ``U[i]``, zero the warm start and the time, and
     ``mjd_transitionFD`` into ``A[i]``, ``B[i]``."""
-    nq = qpos.shape[0]
-    nv = qvel.shape[0]
-    na = act.shape[0]
     nu = ctrl.shape[0]
     for i in indices:
-        x = X[i]
-        for j in range(nq):
-            qpos[j] = x[j]
-        for j in range(nv):
-            qvel[j] = x[nq + j]
-        for j in range(na):
-            act[j] = x[nq + nv + j]
+        _load_state(X[i], qpos, qvel, act)
         for j in range(nu):
             ctrl[j] = U[i, j]
         qacc_warmstart[:] = 0.0
@@ -245,17 +250,8 @@ def _kinematics_kernel(m, d, qpos, qvel, act, site_xpos, xpos, xipos, subtree_co
     """Per stage ``i``: load ``X[i]``, ``mj_kinematics``, ``mj_comPos``; copy the requested
     points (``P[k, i] = <kind>[id]``) and translational Jacobians (``J[k, i]``, ``mj_jac*``)."""
     N = X.shape[0]
-    nq = qpos.shape[0]
-    nv = qvel.shape[0]
-    na = act.shape[0]
     for i in range(N):
-        x = X[i]
-        for j in range(nq):
-            qpos[j] = x[j]
-        for j in range(nv):
-            qvel[j] = x[nq + j]
-        for j in range(na):
-            act[j] = x[nq + nv + j]
+        _load_state(X[i], qpos, qvel, act)
         _mj_kinematics(m, d)
         _mj_compos(m, d)
         for k in range(point_kind.shape[0]):

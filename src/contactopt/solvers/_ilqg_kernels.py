@@ -29,6 +29,8 @@ from numba import njit, types
 from numba.core.errors import NumbaPerformanceWarning
 from numba.extending import get_cython_function_address
 
+from ..dynamics.mujoco_fd import _mv  # ``M @ v`` exactly as numpy computes it
+
 # _mv's single-row branch takes a strided row on purpose (numpy's arithmetic); not a problem
 warnings.filterwarnings("ignore", message=r"np\.dot\(\) is faster on contiguous arrays",
                         category=NumbaPerformanceWarning)
@@ -86,14 +88,6 @@ def cholesky_solve(Lt, B):
     return np.ascontiguousarray(Bt.T)
 
 
-@njit(cache=True)
-def _mv(M, v):
-    """``M @ v`` exactly as numpy computes it (a single-row ``M`` is a dot product there, not gemv)."""
-    if M.shape[0] == 1:
-        out = np.empty(1)
-        out[0] = np.dot(M[0], v)
-        return out
-    return np.dot(M, v)
 
 
 @njit(cache=True)
