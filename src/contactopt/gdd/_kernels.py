@@ -619,8 +619,19 @@ Prob = namedtuple("Prob", [
 Work = namedtuple("Work", [
     "jar", "f", "state", "hdiag", "hcone", "g", "y", "h", "w", "nu", "bact", "r2", "gradg",
     "grad", "tmp_nv", "tmp_efc", "tmp_efc2", "K2", "P", "Hm", "LH",
-    "kink", "release", "nk", "Z",
+    "kink", "release", "nk", "Z", "kidx", "nuk", "scr", "scri",
 ])
+
+
+@njit(cache=True, error_model="numpy")
+def _scratch_size(nv, nefc, nz, nb, m2):
+    """Float scratch (``Work.scr``) that the temporaries of :func:`_dual_newton`, :func:`_face_step`,
+    :func:`_linesearch_1d` and :func:`_probe_states` take in turn (never two at once)."""
+    na = nz + nb
+    dual = nv * na + na + 2 * na * na + nv * nefc + 2 * nefc * nefc + nefc * na + nefc
+    face = nv * nefc + nv + 4 * nefc * nefc + 2 * nefc
+    line = 6 * nv + 41 * nefc + nz + 2 * nb + m2
+    return max(dual, face, line, 2 * nefc)
 
 
 @njit(cache=True, error_model="numpy")
@@ -628,9 +639,9 @@ def _ws_sizes(nv, nefc, nz, nb, m2, ncone):
     """Lengths ``(float64, int64)`` of the workspace :func:`gdd_solve` carves its arrays from."""
     nev = 2 * nefc + 1
     tri = nv * (nv + 1) // 2
-    nf = (nefc * 13 + nv * nv * 4 + tri + nv * 14 + m2 * (nv * 2 + nefc + 4) + nz * 3 + nb * 4
-          + ncone * 36 + nev + (nv + nz + nb + m2) * nv)
-    ni = (nz + nb + nefc) * (nv + 1) + nefc * 8 + nb * 4 + nev * 3 + 1 + 2 * nv + tri
+    nf = (nefc * 14 + nv * nv * 4 + tri + nv * 14 + m2 * (nv * 2 + nefc + 4) + nz * 3 + nb * 4
+          + ncone * 36 + nev + (nv + nz + nb + m2) * nv + _scratch_size(nv, nefc, nz, nb, m2))
+    ni = (nz + nb + nefc) * (nv + 1) + nefc * 10 + nb * 5 + nev * 3 + 1 + 2 * nv + tri
     return nf, ni
 
 
@@ -642,6 +653,22 @@ def _take(buf, o, n):
 @njit(cache=True, error_model="numpy")
 def _take2(buf, o, n, m):
     return buf[o:o + n * m].reshape((n, m)), o + n * m
+
+
+@njit(cache=True, error_model="numpy")
+def _fill(x, value):
+    """``x[:] = value`` for a 1-D array (a plain loop: no allocation)."""
+    for i in range(x.shape[0]):
+        x[i] = value
+
+
+@njit(cache=True, error_model="numpy")
+def _all_finite(x):
+    """Whether every entry of the 1-D ``x`` is finite (a plain loop: no allocation)."""
+    for i in range(x.shape[0]):
+        if not math.isfinite(x[i]):
+            return False
+    return True
 
 
 @njit(cache=True, error_model="numpy")
@@ -823,8 +850,8 @@ def _probe_states(pb, wk, a, d, Jd):
     if dn == 0.0:
         return
     eps = 1e-7 * (1.0 + an) / dn
-    jp = np.empty(nefc)
-    fp = np.empty(nefc)
+    jp, o = _take(wk.scr, 0, nefc)
+    fp, o = _take(wk.scr, o, nefc)
     for i in range(nefc):
         jp[i] = wk.jar[i] + eps * Jd[i]
     constraint_update(jp, pb.D, pb.R, pb.floss, pb.kind, pb.cdim, pb.cmu, pb.cfric,
@@ -1045,8 +1072,9 @@ def _bwd_solve(L, x):
 
 @njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _pinned(wk):
+    """Indices of the pinned (kink) rows: a view of ``wk.kidx``."""
     nk = wk.nk[0]
-    idx = np.empty(nk, dtype=np.int64)
+    idx = wk.kidx[:nk]
     c = 0
     for i in range(wk.kink.shape[0]):
         if wk.kink[i] != 0:
@@ -1065,15 +1093,20 @@ def _face_step(pb, wk, kidx, d, nu):
     """
     nv = d.shape[0]
     nk = kidx.shape[0]
-    X = np.empty((nv, nk))
+    X, o = _take2(wk.scr, 0, nv, nk)
+    y, o = _take(wk.scr, o, nv)
+    S, o = _take2(wk.scr, o, nk, nk)
+    rhs, o = _take(wk.scr, o, nk)
+    LS, o = _take2(wk.scr, o, nk, nk)
+    G, o = _take2(wk.scr, o, nk, nk)
+    r_, o = _take(wk.scr, o, nk)
+    LG, o = _take2(wk.scr, o, nk, nk)
+    _fill(wk.scr[:o], 0.0)
     for c in range(nk):
         for k in range(nv):
             X[k, c] = pb.J[kidx[c], k]
     _lower_solve_rows(wk.LH, X)
-    y = np.empty(nv)
     _fwd_solve(wk.LH, wk.grad, y)
-    S = np.zeros((nk, nk))
-    rhs = np.zeros(nk)
     for t in range(nv):
         yt = y[t]
         for r in range(nk):
@@ -1086,7 +1119,6 @@ def _face_step(pb, wk, kidx, d, nu):
         tr = max(tr, S[r, r])
     for r in range(nk):
         S[r, r] += 1e-12 * tr + 1e-300
-    LS = np.zeros((nk, nk))
     if not cholesky(S, LS):
         for r in range(nk):
             S[r, r] += 1e-8 * tr
@@ -1099,8 +1131,6 @@ def _face_step(pb, wk, kidx, d, nu):
         d[k] = -s
     _bwd_solve(wk.LH, d)
     # remove the residual component off the face exactly: d ← d − J_Kᵀ(J_K J_Kᵀ)⁻¹ J_K d
-    G = np.zeros((nk, nk))
-    r_ = np.zeros(nk)
     for a_ in range(nk):
         ia = kidx[a_]
         s = 0.0
@@ -1118,7 +1148,6 @@ def _face_step(pb, wk, kidx, d, nu):
         trg = max(trg, G[a_, a_])
     for a_ in range(nk):
         G[a_, a_] += 1e-12 * trg + 1e-300
-    LG = np.zeros((nk, nk))
     if cholesky(G, LG):
         chol_solve(LG, r_, r_)
         for a_ in range(nk):
@@ -1441,24 +1470,40 @@ def _phi_line(pb, alpha, a, d, Jd, Md, lam, mu_lo, mu_hi, lw):
 
 
 @njit(cache=True, error_model="numpy")
-def _linesearch_1d(pb, a, d, Jd, dphi0, lam, mu_lo, mu_hi):
+def _linesearch_1d(pb, a, d, Jd, dphi0, lam, mu_lo, mu_hi, scr, scri):
     """Safeguarded 1-D search for the first zero of φ'(α) (used with elliptic cones).
 
     Brackets the first sign change of φ' by doubling from α = 1 (the Newton
     step), then secant steps safeguarded by bisection.  φ' may jump at
     breakpoints; a bracket collapsing onto a jump is a kink minimum.
-    Returns ``(α, evaluations)``.
+    Returns ``(α, evaluations)``.  ``scr``, ``scri``: float / int scratch (:func:`_ws_sizes`).
     """
     nv = a.shape[0]
     nefc = Jd.shape[0]
     nz = pb.Ceq.shape[0]
     nb = pb.Cbox.shape[0]
     m2 = pb.Ka2.shape[0]
-    lw = (np.empty(nv), np.empty(nefc), np.empty(nefc), np.empty(nefc, dtype=np.int64),
-          np.empty(nefc), np.zeros((nefc, 6, 6)), np.empty(nv), np.empty(nv), np.empty(nz),
-          np.empty(nb), np.empty(nb), np.empty(nb, dtype=np.int64), np.empty(nv),
-          np.empty(nefc), np.empty(nefc), np.empty(nv), np.empty(m2))
-    Md = np.empty(nv)
+    at, o = _take(scr, 0, nv)
+    jt, o = _take(scr, o, nefc)
+    ft, o = _take(scr, o, nefc)
+    hd, o = _take(scr, o, nefc)
+    hc1, o = _take(scr, o, nefc * 36)
+    gt, o = _take(scr, o, nv)
+    yt, o = _take(scr, o, nv)
+    ht, o = _take(scr, o, nz)
+    wt, o = _take(scr, o, nb)
+    nut, o = _take(scr, o, nb)
+    g1t, o = _take(scr, o, nv)
+    te, o = _take(scr, o, nefc)
+    te2, o = _take(scr, o, nefc)
+    tn, o = _take(scr, o, nv)
+    rt, o = _take(scr, o, m2)
+    Md, o = _take(scr, o, nv)
+    _fill(hc1, 0.0)
+    st, oi = _take(scri, 0, nefc)
+    bact, oi = _take(scri, oi, nb)
+    lw = (at, jt, ft, st, hd, hc1.reshape((nefc, 6, 6)), gt, yt, ht, wt, nut, bact, g1t, te, te2,
+          tn, rt)
     _matvec(pb.M, d, Md)
     lo_a = 0.0
     dlo = dphi0
@@ -1522,8 +1567,17 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
             nA += 1
     if nA == 0:
         return True
-    Ct = np.zeros((nv, nA))  # columns: (n_k P)ᵀ = P n_kᵀ
-    tv = np.empty(nA)
+    nk = kidx.shape[0]
+    Ct, o = _take2(wk.scr, 0, nv, nA)  # columns: (n_k P)ᵀ = P n_kᵀ
+    tv, o = _take(wk.scr, o, nA)
+    S, o = _take2(wk.scr, o, nA, nA)
+    LS, o = _take2(wk.scr, o, nA, nA)
+    XK, o = _take2(wk.scr, o, nv, nk)
+    SK, o = _take2(wk.scr, o, nk, nk)
+    B, o = _take2(wk.scr, o, nk, nA)
+    LK, o = _take2(wk.scr, o, nk, nk)
+    col_, o = _take(wk.scr, o, nk)
+    _fill(wk.scr[:o], 0.0)
     col = 0
     for e in range(nz + nb):
         if e < nz:
@@ -1562,22 +1616,17 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
             for t in range(nv):
                 s_ += Ct[t, r] * z[t]
             tv[r] -= s_
-    S = np.zeros((nA, nA))
     for t in range(nv):
         for r in range(nA):
             xr = Ct[t, r]
             if xr != 0.0:
                 for k in range(nA):
                     S[r, k] += xr * Ct[t, k]
-    nk = kidx.shape[0]
     if nk > 0:
-        XK = np.empty((nv, nk))
         for c in range(nk):
             for k in range(nv):
                 XK[k, c] = pb.J[kidx[c], k]
         _lower_solve_rows(wk.LH, XK)
-        SK = np.zeros((nk, nk))
-        B = np.zeros((nk, nA))
         for t in range(nv):
             for r in range(nk):
                 xr = XK[t, r]
@@ -1590,10 +1639,8 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
             tr = max(tr, SK[r, r])
         for r in range(nk):
             SK[r, r] += 1e-12 * tr + 1e-300
-        LK = np.zeros((nk, nk))
         if not cholesky(SK, LK):
             return False
-        col_ = np.empty(nk)
         for k in range(nA):
             for r in range(nk):
                 col_[r] = B[r, k]
@@ -1603,7 +1650,6 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
                 for q_ in range(nk):
                     s_ += B[q_, r] * col_[q_]
                 S[r, k] -= s_
-    LS = np.zeros((nA, nA))
     if not cholesky(S, LS):
         return False
     chol_solve(LS, tv, tv)
@@ -1737,10 +1783,12 @@ def _save_pattern(wk, fact_state, fact_bact):
 @njit(cache=True, error_model="numpy")
 def _cold_start(a, a_free, lam, mu_lo, mu_hi):
     """Restart from the free acceleration ``a = M⁻¹(−c)`` with zero multipliers (safeguard)."""
-    a[:] = a_free
-    lam[:] = 0.0
-    mu_lo[:] = 0.0
-    mu_hi[:] = 0.0
+    for k in range(a.shape[0]):
+        a[k] = a_free[k]
+    _fill(lam, 0.0)
+    _fill(mu_lo, 0.0)
+    _fill(mu_hi, 0.0)
+
 
 @njit(cache=True, error_model="numpy")
 def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
@@ -1862,6 +1910,8 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
     fact_state, oi = _take(wsi, oi, nefc)
     fact_bact, oi = _take(wsi, oi, nb)
     l_order, oi = _take(wsi, oi, 2 * nefc + 1)
+    w_kidx, oi = _take(wsi, oi, nefc)
+    w_scri, oi = _take(wsi, oi, nefc + nb)
     prev_kink, oi = _take(wsi, oi, nefc)
     m_rn, oi = _take(wsi, oi, nv)
     m_ra, oi = _take(wsi, oi, nv)
@@ -1913,6 +1963,8 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
     Jd, of = _take(wsf, of, nefc)
     c_tmp, of = _take(wsf, of, nv)
     c_Mt, of = _take(wsf, of, nv)
+    w_nuk, of = _take(wsf, of, nefc)
+    w_scr, of = _take(wsf, of, _scratch_size(nv, nefc, nz, nb, m2))
     if of != nf or oi != ni:  # pragma: no cover - _ws_sizes out of sync with the carving
         stats[ST_STATUS] = STATUS_NUMERICAL_ERROR
         return
@@ -1983,7 +2035,7 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
               Q, q, Ka2s, Kf2s, e2s)
     wk = Work(w_jar, w_f, w_state, w_hdiag, w_hcone3, w_g, w_y, w_h, w_w, w_nu, w_bact, w_r2,
               w_gradg, w_grad, w_tmpnv, w_tmpefc, w_tmpefc2, w_K2, w_P, w_Hm, w_LH,
-              w_kink, w_release, w_nk, w_Z)
+              w_kink, w_release, w_nk, w_Z, w_kidx, w_nuk, w_scr, w_scri)
     ls = (l_rowstate, l_g1, l_y1, l_yk, l_hk, l_h1, l_wk, l_w1, l_rk, l_r1, l_dfd, l_tmpnv,
           l_evalpha, l_evrow, l_evtype, l_bhi, l_blo, l_order)
     have_factor = False
@@ -2041,7 +2093,7 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
             newton_dual_first = newton_dual == 1
         status = STATUS_CONVERGED
         phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
-        if not (np.isfinite(phi) and np.all(np.isfinite(wk.grad))):
+        if not (math.isfinite(phi) and _all_finite(wk.grad)):
             status = STATUS_NUMERICAL_ERROR
             if safeguard and attempt == 0:
                 continue
@@ -2104,7 +2156,7 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
                         break  # roundoff floor
                 else:
                     kidx = _pinned(wk)
-                    nu = np.empty(nk)
+                    nu = wk.nuk[:nk]
                     gnorm = _face_step(pb, wk, kidx, dvec, nu)
                     tiny = math.sqrt(_dot(dvec, dvec)) <= 1e-14 * (1.0 + math.sqrt(_dot(a, a)))
                     if gnorm <= tol_grad or (same and exact) or tiny:
@@ -2136,7 +2188,8 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
                     events_total += nev
                     ls_evals += 1
                 else:
-                    alpha, ne_ = _linesearch_1d(pb, a, dvec, Jd, dphi0, lam, mu_lo, mu_hi)
+                    alpha, ne_ = _linesearch_1d(pb, a, dvec, Jd, dphi0, lam, mu_lo, mu_hi, wk.scr,
+                                                wk.scri)
                     ls_evals += ne_
                     if alpha * math.sqrt(_dot(dvec, dvec)) <= 1e-12 * (1.0 + math.sqrt(_dot(a, a))) \
                             and not probed:
@@ -2177,7 +2230,7 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
                     break
                 just_released = False
                 probed = False
-                if not (np.isfinite(phi) and np.all(np.isfinite(wk.grad))):
+                if not (math.isfinite(phi) and _all_finite(wk.grad)):
                     status = STATUS_NUMERICAL_ERROR
                     done = True
                     break
@@ -2661,15 +2714,19 @@ def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
                     diag_m[slot, k] = mask[k]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", _nrt=False)
 def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
              actbuf, scales, costbuf, Kf2,
              a, lam, mu_lo, mu_hi, params, iparams,
              out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi):
     """:func:`fill_problem` then :func:`gdd_solve` (pyramidal cones, dense ``efc_J`` ``J1``
     of ``nefc·nv``); the arguments after ``costbuf`` are those of :func:`gdd_solve`.
-    ``M (nv, nv)``, ``c, dq (nv,)`` are filled here (kept for diagnostics).  The array
-    arguments are used without reference counting (:func:`_unmanaged`)."""
+    ``M (nv, nv)``, ``c, dq (nv,)`` are filled here (kept for diagnostics).
+
+    Compiled without numba's reference counting (``_nrt=False``: nothing below allocates; the
+    temporaries live in the workspace), on owner-less views of the arguments
+    (:func:`_unmanaged`); see :func:`gdd_general` for why every caller of :func:`gdd_solve` must
+    be compiled so."""
     U = _unmanaged
     si, span, doff, J1, aref, D, R = U(si), U(span), U(doff), U(J1), U(aref), U(D), U(R)
     floss, efc_type, M, c, dq = U(floss), U(efc_type), U(M), U(c), U(dq)
@@ -2692,6 +2749,28 @@ def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
               span[oqi:oqi + nv], c, J, aref, D, R, floss, efc_type, efc_type, _EMPTY_I32, _EMPTY_F1, _EMPTY_F5,
               _EMPTY_I32, actbuf, scales, costbuf, Kf2, a, lam, mu_lo, mu_hi, params, iparams,
               out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi)
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def gdd_general(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
+                c, J, aref, D, R, floss, efc_type, efc_id, con_dim, con_mu, con_fric, con_adr,
+                actbuf, scales, costbuf, Kf2,
+                a, lam, mu_lo, mu_hi, params, iparams,
+                out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi):
+    """:func:`gdd_solve` called from Python (the general path), arguments as there.
+
+    Like :func:`gdd_fast` it is compiled without numba's reference counting (``_nrt=False``) and
+    hands :func:`gdd_solve` owner-less views: the kernels below it are compiled once per
+    signature, whatever the caller, so they must only ever run in that mode (a view returned by
+    a helper compiled without reference counting must not be released by a caller that counts).
+    """
+    U = _unmanaged
+    gdd_solve(U(M), U(Mrownnz), U(Mrowadr), U(Mcolind), U(qld), U(qldinv),
+              U(c), U(J), U(aref), U(D), U(R), U(floss), U(efc_type), U(efc_id), U(con_dim),
+              U(con_mu), U(con_fric), U(con_adr), U(actbuf), U(scales), U(costbuf), U(Kf2),
+              U(a), U(lam), U(mu_lo), U(mu_hi), U(params), U(iparams),
+              U(out_g), U(out_f), U(out_state), U(out_w), U(out_ctrl), U(stats), U(log), U(wsf),
+              U(wsi))
 
 
 _EMPTY_I32 = np.zeros(0, dtype=np.int32)

@@ -469,8 +469,8 @@ class GDDSolver:
                 a, self._lam, self._mu_lo, self._mu_hi, self._params, self._iparams) + outs + (
                 self._wsf, self._wsi)
         if self._entry is None:
-            K.gdd_solve(*args)  # type-checked call (compiles on first use)
-            self._entry = _kernel_entry(K.gdd_solve, args)
+            K.gdd_general(*args)  # type-checked call (compiles on first use)
+            self._entry = _kernel_entry(K.gdd_general, args)
         else:
             self._entry(*args)
         self._retry_workspace(self._entry, args)
