@@ -735,3 +735,90 @@ def test_analytic_contact_derivative_cylinder_side_and_box_edge(rng):
     fd = _central_dq(m, cb, qs, vs)
     for j in range(4):
         np.testing.assert_allclose(bf.dFdq[j], fd[j], rtol=0, atol=1e-6 * np.abs(fd[j]).max())
+
+
+# --------------------------------------------------------------------------- compiled collection loop
+
+
+def _collect_models():
+    m_sp = load_model("spinner")
+    m_qd = load_model("quadruped")
+    m_hd = load_model("hand")
+    q_sp = np.array([0.3, 1.58, 0.0])
+    return [("spinner", m_sp, q_sp, 0.01, [0, 1, 2]),
+            ("quadruped", m_qd, m_qd.key_qpos[0].copy(), 0.03, [0, 1, 2]),
+            ("hand", m_hd, m_hd.key_qpos[0].copy(), 0.02, None)]
+
+
+@pytest.mark.parametrize("case", [0, 1, 2], ids=["spinner", "quadruped", "hand"])
+@pytest.mark.parametrize("extra", [False, True])
+def test_native_collect_matches_python_loop(case, extra, rng, monkeypatch):
+    """The compiled collection loop gives bit for bit the Python loop's contacts (with and without
+    the geom frames of ``extra``), including configurations without contacts and a capacity
+    overflow (the buffers grow mid-batch)."""
+    from contactopt.idto import batch as B
+
+    if B._LAYOUT is None:
+        pytest.skip("no native MuJoCo binding on this installation")
+    _, m, q0, scale, far = _collect_models()[case]
+    cm = ContactModel(m, ContactParameters(stiffness=500, smoothing=0.02, friction=None))
+    cb = B.ContactBatch(cm)
+    qs, vs = _contact_states(m, q0, rng, 14, scale, 0.2)
+    calls = []
+    kernel = B._collect_kernel
+
+    def counting_kernel(*args):
+        calls.append(args[8])  # the first configuration of the call
+        return kernel(*args)
+
+    monkeypatch.setattr(B, "_collect_kernel", counting_kernel)
+    if far is not None:  # lift / shift away from everything: no pair in range
+        qs[3, far] += 5.0
+        qs[-1, far] += 5.0
+    w = cm.params.max_distance
+
+    def run(native, hint):
+        monkeypatch.setattr(B, "NATIVE_COLLECT", native)
+        cb._scratch().per_config = hint
+        return cb._collect(qs, w, extra=extra), cb._scratch().per_config, cb.forces(qs, vs, dv=True, dq=True)
+
+    # MuJoCo's raw contact counts on the synced private copy (margins raised to w)
+    s = cb._scratch()
+    assert cb._sync(s, w)
+    d = mujoco.MjData(s.model)
+    ncon = []
+    for q in qs:
+        d.qpos[:] = q
+        mujoco.mj_kinematics(s.model, d)
+        mujoco.mj_collision(s.model, d)
+        ncon.append(d.ncon)
+    ncon = np.array(ncon)
+    assert ncon.sum() > 16  # more than the smallest initial capacity: the buffers grow
+    if far is not None:
+        assert ncon[3] == 0 and ncon[-1] == 0
+    for hint in (4.0, 1e-6):  # default capacity hint, and the smallest capacity (16)
+        (ref, ref_hint, ref_f) = run(False, hint)
+        assert not calls
+        (nat, nat_hint, nat_f) = run(True, hint)
+        assert calls[0] == 0
+        if hint < 1:
+            assert max(calls) > 0  # resumed mid-batch after growing the buffers
+        calls.clear()
+        assert ref_hint == nat_hint
+        assert ref is not None and nat is not None
+        for a, b in zip(ref[:6], nat[:6]):
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+        if extra:
+            for a, b in zip(ref[6], nat[6]):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    assert a.shape == b.shape and np.array_equal(a, b)
+        else:
+            assert ref[6] is None and nat[6] is None
+        for attr in ("F", "dFdv", "dFdq", "count", "dofs", "exact"):
+            assert np.array_equal(getattr(ref_f, attr), getattr(nat_f, attr)), attr
+    # no contact at all: both give None
+    qz = qs[[3, 3]] if far is not None else None
+    if qz is not None:
+        monkeypatch.setattr(B, "NATIVE_COLLECT", True)
+        assert cb._collect(qz, w, extra=extra) is None

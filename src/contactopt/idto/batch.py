@@ -50,16 +50,193 @@ Derivatives per configuration (``(nv, nv)`` each):
 from __future__ import annotations
 
 import copy
+import ctypes
 import threading
 
+import llvmlite.ir as _ir
 import mujoco
 import numpy as np
+from llvmlite import binding as _llvm
+from numba import carray
+from numba import njit as _njit
+from numba.core import types as _nb_types
+from numba.core.extending import intrinsic as _intrinsic
 
 from ..contact.geometry import SYNCED_FIELDS
+from ..dynamics import mujoco_fd as _fd
 from ..errors import ParameterError, as_array
 from .contact import ContactModel, hunt_crossley_factor, regularized_friction, softplus_normal_force
 
 __all__ = ["ContactBatch", "BatchForces"]
+
+# =========================================================================== native collection loop
+#
+# The per-configuration loop of :meth:`ContactBatch._collect` (``mj_kinematics``, ``mj_collision``,
+# ``mj_comPos`` and the copies of the contact data) runs as a numba kernel without the GIL that
+# calls the very MuJoCo C functions the bindings call (the mechanism of
+# :mod:`contactopt.dynamics.mujoco_fd`: the ``libmujoco`` of the bindings, on the ``MjModel`` /
+# ``MjData`` pointers of the Python objects), so its outputs are bit for bit those of the Python
+# loop, which remains the reference and the fallback.  The kernel reads ``mjData.ncon`` and the
+# ``mjData.contact`` pointer from the ``mjData`` struct and the contact fields from the
+# ``mjContact`` array at byte offsets measured once from the bindings' own views
+# (:func:`_contact_layout`, checked on a probe model with contacts; any mismatch disables the
+# kernel).  As in ``mujoco_fd``: a MuJoCo *fatal* error inside the kernel goes to MuJoCo's default
+# handler, which prints it and ends the process, where the Python loop raised ``mujoco.FatalError``.
+
+#: run the compiled collection loop where available (False: the Python loop; the same results)
+NATIVE_COLLECT = True
+
+
+def _bind_collision() -> bool:
+    if not _fd.NATIVE:
+        return False
+    try:
+        lib = _fd._find_libmujoco()
+        if lib is None:  # pragma: no cover
+            return False
+        _llvm.add_symbol("contactopt_idto_mj_collision", ctypes.cast(lib.mj_collision, ctypes.c_void_p).value)
+        return True
+    except Exception:  # noqa: BLE001  # pragma: no cover - no native path on this installation
+        return False
+
+
+_mj_kinematics, _mj_compos = _fd._mj_kinematics, _fd._mj_compos
+_mj_collision = _nb_types.ExternalFunction("contactopt_idto_mj_collision", _nb_types.void(_nb_types.uintp, _nb_types.uintp))
+
+
+@_intrinsic
+def _voidptr(typingctx, addr):
+    """An integer address as a ``void*`` (for ``numba.carray``)."""
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], _ir.IntType(8).as_pointer())
+    return _nb_types.voidptr(_nb_types.uintp), codegen
+
+
+def _struct_offsets(d: mujoco.MjData):
+    """Byte offsets in the ``mjData`` struct of ``ncon`` and of the ``contact`` pointer.
+
+    ``ncon`` follows the ``timer`` array (``mjdata.h``); ``contact`` follows the ``cfrc_ext`` pointer,
+    found by scanning the pointer slots after ``ncon`` for the address of ``d.cfrc_ext``.
+    """
+    base = d._address
+    timer = d.timer.duration
+    ncon_off = timer.ctypes.data - base + timer.strides[0] * timer.shape[0]
+    target = d.cfrc_ext.ctypes.data
+    start = (ncon_off + 7) // 8 * 8
+    for off in range(start, start + 8 * 4096, 8):
+        if ctypes.c_uint64.from_address(base + off).value == target:
+            return ncon_off, off + 8
+    raise RuntimeError("mjData.cfrc_ext pointer not found")
+
+
+def _contact_layout():
+    """``(ncon offset, contact pointer offset, sizeof(mjContact), field offsets)`` or None.
+
+    Field offsets (bytes in ``mjContact``): dist, pos, frame, friction, geom, exclude.  Measured
+    on two MjData of a probe model (overlapping spheres and a box) and checked against the
+    bindings' ``d.ncon`` and ``d.contact`` views at several configurations.
+    """
+    if not _bind_collision():
+        return None
+    try:
+        m = mujoco.MjModel.from_xml_string(
+            "<mujoco><worldbody><geom type='sphere' size='0.1'/>"
+            "<body><freejoint/><geom type='sphere' size='0.1'/></body>"
+            "<body pos='0 0.05 0'><freejoint/><geom type='box' size='0.1 0.1 0.1'/></body>"
+            "</worldbody></mujoco>")
+        layout = None
+        for trial in range(2):
+            d = mujoco.MjData(m)
+            offs = _struct_offsets(d)
+            for shift in (0.0, 0.03, 5.0):  # 3 contacts, fewer, none
+                d.qpos[:] = m.qpos0
+                d.qpos[0] += shift
+                mujoco.mj_kinematics(m, d)
+                mujoco.mj_collision(m, d)
+                n = ctypes.c_int32.from_address(d._address + offs[0]).value
+                if n != d.ncon:
+                    return None
+                if not n:
+                    continue
+                c = d.contact
+                if ctypes.c_uint64.from_address(d._address + offs[1]).value != c.dist.ctypes.data:
+                    return None
+                a0 = c.dist.ctypes.data
+                fields = tuple(getattr(c, f).ctypes.data - a0
+                               for f in ("dist", "pos", "frame", "friction", "geom", "exclude"))
+                cur = offs + (c.dist.strides[0], fields)
+                if layout is not None and cur != layout:
+                    return None
+                layout = cur
+        if layout is None or layout[2] % 8 or any(f % 8 for f in layout[3][:4]) or any(f % 4 for f in layout[3][4:]):
+            return None
+        return layout
+    except Exception:  # noqa: BLE001  # pragma: no cover
+        return None
+
+
+_LAYOUT = _contact_layout()
+_NO_X9, _NO_X3 = np.zeros((0, 0, 9)), np.zeros((0, 0, 3))
+_CONTACT_FIELDS = np.array(_LAYOUT[3] if _LAYOUT is not None else (0,) * 6, dtype=np.int64)
+
+
+@_njit(cache=True, nogil=True)
+def _collect_kernel(m, d, ncon_off, con_off, stride, fields, qpos, dq, k0, top,
+                    cfg, dist, geom, fric, excl, pos, frame,
+                    d_cdof, d_scom, cdof, scom, want_x, d_xmat, d_xpos, xmat, xpos, status):
+    """The loop of :meth:`ContactBatch._collect` from configuration ``k0`` (contacts so far:
+    ``top``).  ``status = (k, top, end)``: ``k == K`` when done, else configuration ``k`` needs
+    ``end`` entries of capacity (its data are redone on the next call)."""
+    K = qpos.shape[0]
+    cap = dist.shape[0]
+    nq = dq.shape[0]
+    s8 = stride // 8
+    s4 = stride // 4
+    o_dist, o_pos, o_frame, o_fric = fields[0] // 8, fields[1] // 8, fields[2] // 8, fields[3] // 8
+    o_geom, o_excl = fields[4] // 4, fields[5] // 4
+    ncon_p = carray(_voidptr(d + ncon_off), (1,), np.int32)
+    con_p = carray(_voidptr(d + con_off), (1,), np.uint64)
+    for k in range(k0, K):
+        for j in range(nq):
+            dq[j] = qpos[k, j]
+        _mj_kinematics(m, d)
+        _mj_collision(m, d)
+        n = ncon_p[0]
+        if n == 0:
+            continue
+        _mj_compos(m, d)
+        cdof[k] = d_cdof
+        scom[k] = d_scom
+        if want_x:
+            xmat[k] = d_xmat
+            xpos[k] = d_xpos
+        end = top + n
+        if end > cap:
+            status[0] = k
+            status[1] = top
+            status[2] = end
+            return
+        addr = con_p[0]
+        cf = carray(_voidptr(addr), (n * s8,), np.float64)
+        ci = carray(_voidptr(addr), (n * s4,), np.int32)
+        for c in range(n):
+            i = top + c
+            b8 = c * s8
+            b4 = c * s4
+            cfg[i] = k
+            dist[i] = cf[b8 + o_dist]
+            geom[i, 0] = ci[b4 + o_geom]
+            geom[i, 1] = ci[b4 + o_geom + 1]
+            fric[i] = cf[b8 + o_fric]
+            excl[i] = ci[b4 + o_excl]
+            for j in range(3):
+                pos[i, j] = cf[b8 + o_pos + j]
+            for j in range(9):
+                frame[i, j] = cf[b8 + o_frame + j]
+        top = end
+    status[0] = K
+    status[1] = top
+    status[2] = top
 
 _DSBL_CONSTRAINT = int(mujoco.mjtDisableBit.mjDSBL_CONSTRAINT)
 _DSBL_CONTACT = int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
@@ -132,6 +309,9 @@ class ContactBatch:
         if not isinstance(contact, ContactModel):
             raise ParameterError(f"ContactBatch: contact must be a ContactModel, got {type(contact).__name__}")
         self.contact = contact
+        #: run the collection loop compiled where available (see :data:`NATIVE_COLLECT`; False: the
+        #: Python reference loop, the same results)
+        self.native = True
         self.model = contact.model
         self._local = threading.local()
         m = self.model
@@ -404,7 +584,28 @@ class ContactBatch:
         xpos = np.empty((K, model.ngeom, 3)) if xmat is not None else None
         top = 0
         dq = d2.qpos
-        for k in range(K):
+        if NATIVE_COLLECT and self.native and _LAYOUT is not None:
+            ncon_off, con_off, stride, _ = _LAYOUT
+            want_x = xmat is not None
+            xm = xmat if want_x else _NO_X9
+            xp = xpos if want_x else _NO_X3
+            status = np.zeros(3, dtype=np.int64)
+            qk = np.ascontiguousarray(qpos, dtype=float)
+            k = 0
+            while True:
+                _collect_kernel(m2._address, d2._address, ncon_off, con_off, stride, _CONTACT_FIELDS, qk, dq,
+                                k, top, cfg, dist, geom, fric, excl, pos, frame, d2.cdof, d2.subtree_com,
+                                cdof, scom, want_x, d2.geom_xmat, d2.geom_xpos, xm, xp, status)
+                k, top = int(status[0]), int(status[1])
+                if k == K:
+                    break
+                cap = 2 * int(status[2])  # the Python loop's growth rule
+                cfg, dist, fric, excl = (np.resize(x, cap) for x in (cfg, dist, fric, excl))
+                geom, pos, frame = np.resize(geom, (cap, 2)), np.resize(pos, (cap, 3)), np.resize(frame, (cap, 9))
+            K_loop = 0
+        else:
+            K_loop = K
+        for k in range(K_loop):
             dq[:] = qpos[k]
             kin(m2, d2)
             col(m2, d2)
