@@ -243,3 +243,34 @@ def test_acrobot_idto_mpc_swings_the_tip_up():
         assert res.failed_updates == 0
         assert res.metric[0] > 3.5  # hanging: |x| + |z − 4.2| of the tip
         assert np.nanmin(res.metric) < 2.0, (seed, np.nanmin(res.metric))
+
+
+def test_hopper_first_plan_hops_and_the_fall_is_latched():
+    """The hopper's first plan (gait nominal as guess, compliant contact) has real flight phases:
+    the foot more than 2 cm above the ground at several knots and the torso above its straight-leg
+    height (1.05 m), dynamically consistent (constrained unactuated rows) and within the knee's
+    joint limit.  From a held standing guess the solver found no flight at all (module docstring
+    of ``idto_tasks``).  Also: the task's failure test is its success test's upright bound."""
+    from contactopt.tasks.idto_tasks import HOPPER, _hopper_fell, build_idto_planner
+
+    m = load_model("hopper")
+    d = mujoco.MjData(m)
+    HOPPER.initial_state(m, d, np.random.default_rng(0))
+    mujoco.mj_forward(m, d)
+    planner = build_idto_planner(HOPPER)
+    up = planner.reset(0.0, np.concatenate([d.qpos, d.qvel]))
+    assert up.policy is not None, up.message
+    res = planner.result
+    assert np.abs(res.tau[:, :3]).max() < 1.0  # unactuated rows (x, z, pitch) [N, N·m]
+    foot = np.empty(res.q.shape[0])
+    for k, q in enumerate(res.q):
+        d.qpos[:] = q
+        mujoco.mj_kinematics(m, d)
+        foot[k] = d.site("foot").xpos[2] - 0.05  # foot sphere's lowest point
+    assert (foot > 0.02).sum() >= 5, foot
+    assert res.q[:, 1].max() > 1.05
+    assert res.q[:, 4].min() > 0.0  # knee range [0, 2.4]
+    d.qpos[:] = m.key("home").qpos
+    assert not _hopper_fell(m, d)
+    d.qpos[1] = 0.7
+    assert _hopper_fell(m, d)
