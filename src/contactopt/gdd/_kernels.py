@@ -2717,10 +2717,12 @@ def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
 @njit(cache=True, error_model="numpy", _nrt=False)
 def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
              actbuf, scales, costbuf, Kf2,
-             a, lam, mu_lo, mu_hi, params, iparams,
-             out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi):
+             a, lam, mu_lo, mu_hi, params, iparams, outf, out_state, wsf, wsi):
     """:func:`fill_problem` then :func:`gdd_solve` (pyramidal cones, dense ``efc_J`` ``J1``
-    of ``nefc·nv``); the arguments after ``costbuf`` are those of :func:`gdd_solve`.
+    of ``nefc·nv``); the arguments after ``costbuf`` are those of :func:`gdd_solve`, except
+    that its float outputs are packed in ``outf``: ``out_g (nv) | out_f (nefc) | out_w (nc) |
+    out_ctrl (nc) | stats (ST_NSTAT) | log (max_iter · LOG_NCOL)`` (``nc = iparams[IPAR_NC]``,
+    ``max_iter = iparams[IPAR_MAX_ITER]``; the layout of ``solver.GDDResult``).
     ``M (nv, nv)``, ``c, dq (nv,)`` are filled here (kept for diagnostics).
 
     Compiled without numba's reference counting (``_nrt=False``: nothing below allocates; the
@@ -2732,10 +2734,16 @@ def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
     floss, efc_type, M, c, dq = U(floss), U(efc_type), U(M), U(c), U(dq)
     actbuf, scales, costbuf, Kf2 = U(actbuf), U(scales), U(costbuf), U(Kf2)
     a, lam, mu_lo, mu_hi, params, iparams = U(a), U(lam), U(mu_lo), U(mu_hi), U(params), U(iparams)
-    out_g, out_f, out_state, out_w = U(out_g), U(out_f), U(out_state), U(out_w)
-    out_ctrl, stats, log, wsf, wsi = U(out_ctrl), U(stats), U(log), U(wsf), U(wsi)
+    outf, out_state, wsf, wsi = U(outf), U(out_state), U(wsf), U(wsi)
     nv = M.shape[0]
     nefc = aref.shape[0]
+    nc = iparams[IPAR_NC]
+    out_g, o = _take(outf, 0, nv)
+    out_f, o = _take(outf, o, nefc)
+    out_w, o = _take(outf, o, nc)
+    out_ctrl, o = _take(outf, o, nc)
+    stats, o = _take(outf, o, ST_NSTAT)
+    log, o = _take2(outf, o, iparams[IPAR_MAX_ITER], LOG_NCOL)
     dims = iparams[IPAR_KM:IPAR_KM + 4]  # (km, kd, m1, m2): consecutive
     fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq)
     J = J1[:nefc * nv].reshape((nefc, nv))

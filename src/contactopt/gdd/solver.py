@@ -229,29 +229,71 @@ class GDDResult:
       solve_time: seconds spent in :meth:`GDDSolver.solve` (building + kernel + post-processing).
       log: per-iteration :class:`IterationLog` records.
 
-    The scalar statistics are read from the kernel's statistics vector on access.
+    The scalar statistics are read from the kernel's statistics vector on access.  The
+    kernel's outputs live in one float buffer (``qfrc | efc_force | actuator_force | ctrl |
+    statistics | log``, the layout :func:`_kernels.gdd_fast` writes) and the array attributes
+    are views of it made on access: building a result costs one allocation, not seven.
     """
 
-    __slots__ = ("qacc", "ctrl", "actuator_force", "qfrc", "Zt", "efc_force", "efc_state",
-                 "_st", "nefc", "ncon", "physics_violation", "qacc_forward", "solve_time",
-                 "log_array")
+    __slots__ = ("qacc", "Zt", "nefc", "ncon", "physics_violation", "qacc_forward", "solve_time",
+                 "_buf", "_st", "_state", "_ctrl", "_nv", "_nc")
 
     def __init__(self, qacc, ctrl, actuator_force, qfrc, Zt, efc_force, efc_state, stats,
                  nefc, ncon, solve_time=0.0, log_array=None):
+        log = np.zeros((0, K.LOG_NCOL)) if log_array is None else np.asarray(log_array, dtype=float)
+        nc = len(actuator_force)
+        buf = np.concatenate((np.asarray(qfrc, dtype=float), np.asarray(efc_force, dtype=float),
+                              np.asarray(actuator_force, dtype=float), np.zeros(nc),
+                              np.asarray(stats, dtype=float), log.ravel()))
+        self._setup(qacc, Zt, buf, np.asarray(efc_state), len(qfrc), nefc, nc, ncon, solve_time,
+                    np.asarray(ctrl))
+
+    def _setup(self, qacc, Zt, buf, state, nv, nefc, nc, ncon, solve_time, ctrl):
         self.qacc = qacc
-        self.ctrl = ctrl
-        self.actuator_force = actuator_force
-        self.qfrc = qfrc
         self.Zt = Zt
-        self.efc_force = efc_force
-        self.efc_state = efc_state
-        self._st = stats
+        self._buf = buf
+        self._state = state
+        self._nv = nv
         self.nefc = nefc
+        self._nc = nc
+        o = nv + nefc + 2 * nc
+        self._st = buf[o:o + K.ST_NSTAT]
         self.ncon = ncon
         self.physics_violation = None
         self.qacc_forward = None
         self.solve_time = solve_time
-        self.log_array = np.zeros((0, K.LOG_NCOL)) if log_array is None else log_array
+        self._ctrl = ctrl
+
+    @classmethod
+    def _packed(cls, qacc, Zt, buf, state, nv, nefc, nc, ncon, solve_time, ctrl=None):
+        """A result on the kernel's output buffer ``buf`` (layout above) and ``state (nefc,)``;
+        ``ctrl`` None: the controls are the buffer's (every actuator controllable)."""
+        r = cls.__new__(cls)
+        r._setup(qacc, Zt, buf, state, nv, nefc, nc, ncon, solve_time, ctrl)
+        return r
+
+    qfrc = property(lambda self: self._buf[:self._nv], doc="``(nv,)`` g(a_gdd) (N, N·m).")
+    efc_force = property(lambda self: self._buf[self._nv:self._nv + self.nefc],
+                         doc="``(nefc,)`` constraint forces f(a_gdd).")
+    actuator_force = property(
+        lambda self: self._buf[self._nv + self.nefc:self._nv + self.nefc + self._nc],
+        doc="``(nc,)`` forces of the controllable actuators before clamping.")
+    efc_state = property(lambda self: self._state, doc="``(nefc,)`` constraint states.")
+
+    @property
+    def ctrl(self) -> np.ndarray:
+        """``(nu,)`` control of every actuator (see the class docstring)."""
+        if self._ctrl is not None:
+            return self._ctrl
+        o = self._nv + self.nefc + self._nc
+        return self._buf[o:o + self._nc]
+
+    @property
+    def log_array(self) -> np.ndarray:
+        """``(iterations, LOG_NCOL)`` per-iteration records (see :attr:`log`)."""
+        o = self._nv + self.nefc + 2 * self._nc + K.ST_NSTAT
+        rows = min(int(self._st[K.ST_ITER]), (self._buf.shape[0] - o) // K.LOG_NCOL)
+        return self._buf[o:o + rows * K.LOG_NCOL].reshape(rows, K.LOG_NCOL)
 
     status = property(lambda self: _STATUS[int(self._st[K.ST_STATUS])], doc=":class:`Status`.")
     iterations = property(lambda self: int(self._st[K.ST_ITER]), doc="Gauss-Newton iterations.")
@@ -474,7 +516,7 @@ class GDDSolver:
         else:
             self._entry(*args)
         self._retry_workspace(self._entry, args)
-        return self._finish(data, a, act, outs, nefc, t0,
+        return self._finish(data, a, act, outs, self._stats, self._log, nefc, t0,
                             lambda: self._diagnose_nonfinite(data, problem, ca))
 
     # -- pieces shared by the two paths
@@ -527,16 +569,19 @@ class GDDSolver:
                 np.empty(nc), self._stats, self._log)
 
     def _retry_workspace(self, entry, args):
-        stats = self._stats
-        if stats[K.ST_STATUS] == K.STATUS_WORKSPACE:  # first solve or more constraint rows
-            self._wsf = np.zeros(int(1.5 * stats[K.ST_WS_FLOAT]) + 64)
-            self._wsi = np.zeros(int(1.5 * stats[K.ST_WS_INT]) + 64, dtype=np.int64)
-            self._iparams[K.IPAR_PATTERN] = 1
+        if self._stats[K.ST_STATUS] == K.STATUS_WORKSPACE:  # first solve or more constraint rows
+            self._grow_workspace(self._stats)
             entry(*(args[:-2] + (self._wsf, self._wsi)))
 
-    def _finish(self, data, a, act, outs, nefc, t0, diagnose):
+    def _grow_workspace(self, stats):
+        """New kernel workspaces 1.5× the lengths the kernel asked for in ``stats``."""
+        self._wsf = np.zeros(int(1.5 * stats[K.ST_WS_FLOAT]) + 64)
+        self._wsi = np.zeros(int(1.5 * stats[K.ST_WS_INT]) + 64, dtype=np.int64)
+        self._iparams[K.IPAR_PATTERN] = 1
+
+    def _finish(self, data, a, act, outs, stats, log, nefc, t0, diagnose):
         g, f, state, w, u = outs[:5]
-        st = self._stats.copy()
+        st = stats.copy()
         code = int(st[K.ST_STATUS])
         if code == K.STATUS_NUMERICAL_ERROR:
             self.reset()
@@ -549,7 +594,6 @@ class GDDSolver:
             ctrl = data.ctrl.copy()
             ctrl[self.actuation.controllable] = u
         iters = int(st[K.ST_ITER])
-        log = self._log
         return GDDResult(a, ctrl, w, g, act.Zt, f, state, st, nefc, data.ncon,
                          time.perf_counter() - t0, log[:min(iters, log.shape[0])].copy())
 
@@ -584,35 +628,36 @@ class GDDSolver:
         aref = data.efc_aref
         nefc = aref.shape[0]
         nc = act.gain.size
-        g = np.empty(self.model.nv)
-        f = np.empty(nefc)
+        nv = self.model.nv
+        o_st = nv + nefc + 2 * nc
+        # one output buffer per solve (GDDResult's layout): g | f | w | u | stats | log
+        buf = np.empty(o_st + K.ST_NSTAT + self._log.size)
         state = np.empty(nefc, dtype=np.int64)
-        w = np.empty(nc)
-        u = np.empty(nc)
-        stats = self._stats
         args = (plan.si, sp[1], sp[2], plan.tparams, data.efc_J, aref, data.efc_D, data.efc_R,
                 data.efc_frictionloss if plan.floss else aref, data.efc_type, self._Mbuf,
                 self._cbuf, self._dqbuf, self._actbuf, self._scales, plan.costbuf, plan.Kf2,
-                a, self._lam, self._mu_lo, self._mu_hi, self._params, ip,
-                g, f, state, w, u, stats, self._log, self._wsf, self._wsi)
+                a, self._lam, self._mu_lo, self._mu_hi, self._params, ip, buf, state,
+                self._wsf, self._wsi)
         entry = plan.entry
         if entry is None:
             K.gdd_fast(*args)
             entry = plan.entry = _kernel_entry(K.gdd_fast, args)
         else:
             entry(*args)
-        code = stats[K.ST_STATUS]
-        if code == K.STATUS_WORKSPACE:
-            self._retry_workspace(entry, args)
-            code = stats[K.ST_STATUS]
+        code = buf[o_st + K.ST_STATUS]
+        if code == K.STATUS_WORKSPACE:  # first solve or more constraint rows: grow, solve again
+            self._grow_workspace(buf[o_st:o_st + K.ST_NSTAT])
+            entry(*(args[:-2] + (self._wsf, self._wsi)))
+            code = buf[o_st + K.ST_STATUS]
         if code == K.STATUS_NUMERICAL_ERROR or not self._all_controllable:
-            return self._finish(data, a, act, (g, f, state, w, u), nefc, t0,
-                                lambda: self._diagnose_fast(data, cost))
-        st = stats.copy()
+            o = o_st + K.ST_NSTAT
+            outs = (buf[:nv], buf[nv:nv + nefc], state, buf[nv + nefc:nv + nefc + nc],
+                    buf[nv + nefc + nc:o_st])
+            return self._finish(data, a, act, outs, buf[o_st:o], buf[o:].reshape(self._log.shape),
+                                nefc, t0, lambda: self._diagnose_fast(data, cost))
         self._qacc = a.copy()
-        iters = int(st[K.ST_ITER])
-        return GDDResult(a, u, w, g, act.Zt, f, state, st, nefc, data.ncon,
-                         time.perf_counter() - t0, self._log[:iters].copy())
+        return GDDResult._packed(a, act.Zt, buf, state, nv, nefc, nc, data.ncon,
+                                 time.perf_counter() - t0)
 
     def _diagnose_fast(self, data, cost):
         """Numerical failure on the compiled path: name the cause through the general path."""
