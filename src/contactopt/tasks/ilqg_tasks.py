@@ -33,7 +33,12 @@ steps faster than the planner, one iLQG iteration per update.
     joints ±0.3 rad — i.e. the target is at a random distance and bearing relative to the
     swimmer.  Success: nose within 0.12 m of the target, within 30 s.
 
-``hopper-hop`` (not reliably in real time.  Sync runs with the measured lag at slowdown 1,
+``hopper-hop`` (real time since the compiled MuJoCo loops of 2026-11-21: an update takes
+7.5 ms median (p95 10.8), and ``contactopt bench ilqg --model hopper-hop`` on a quiet machine
+gave 10/10 seeds in sync mode with the measured lag at slowdown 1; asynchronous real-time runs
+of seeds 0–9 (``contactopt run hopper-hop --planner ilqg --mode async --seed N``, lag 5–10 ms)
+succeeded on 7/10 and 8/10 in two passes — the failures differ from pass to pass (thread
+timing).  Before them (iteration ~15 ms): not reliably in real time.  Sync runs with the measured lag at slowdown 1,
 seeds 0–9, 6 s: 9/10, 5/10, 8/10 and 5/10 in four runs of the same settings (lag 13–20 ms,
 machine load 1–2; 7/10 at load ≈ 3): the measured lag varies from update to update;
 asynchronous real time: 5/10 (6/10 without lag compensation, lag 10–20 ms); a fixed
