@@ -583,9 +583,9 @@ def test_compiled_kinematics_pass_equals_python_loop_bit_for_bit(mixed_model, rn
     data = mujoco.MjData(model)
     for derivatives in (False, True):
         got = _evaluate_stages(cost, data, X, U, derivatives)
-        monkeypatch.setattr(costs_module, "_NATIVE_KINEMATICS_ENABLED", [False])
+        monkeypatch.setattr(costs_module, "NATIVE_KINEMATICS", False)
         want = _evaluate_stages(cost, data, X, U, derivatives)
-        monkeypatch.setattr(costs_module, "_NATIVE_KINEMATICS_ENABLED", [True])
+        monkeypatch.setattr(costs_module, "NATIVE_KINEMATICS", True)
         for g, w in zip(got, want):
             if w is None:
                 assert g is None

@@ -844,7 +844,7 @@ def test_warm_started_mpc_solves_equal_python_loops_bit_for_bit(small_model, rng
     fast = run(True)
     import contactopt.costs as costs_module
 
-    monkeypatch.setattr(costs_module, "_NATIVE_KINEMATICS_ENABLED", [False])
+    monkeypatch.setattr(costs_module, "NATIVE_KINEMATICS", False)
     monkeypatch.setattr(TrajectoryCost, "total_is_evaluate_sum", False)
     ref = run(False)
     for a, b in zip(fast, ref):

@@ -1190,21 +1190,20 @@ _JAC_KINDS = {"jac_site": _jac_site, "jac_body": _jac_body, "jac_bodycom": _jac_
               "jac_subtreecom": _jac_subtreecom}
 
 
-_NATIVE_KINEMATICS: list = []
+#: run the per-stage MuJoCo work of a batched evaluation as one compiled loop where available
+#: (False: the Python loop; the same numbers)
+NATIVE_KINEMATICS = True
 
 
 def _native_kinematics():
     """:func:`contactopt.dynamics.mujoco_fd.native_kinematics` (compiled per-stage MuJoCo loop), or
-    None where it is not available (then the Python loop runs; both give the same numbers)."""
-    if not _NATIVE_KINEMATICS:
-        from .dynamics import mujoco_fd
+    None when :data:`NATIVE_KINEMATICS` is off or the loop is not available on this installation.
+    (Imported on first use: loading the compiled loops binds MuJoCo's library.)"""
+    if not NATIVE_KINEMATICS:
+        return None
+    from .dynamics import mujoco_fd
 
-        _NATIVE_KINEMATICS.append(mujoco_fd.native_kinematics if mujoco_fd.NATIVE else None)
-    return _NATIVE_KINEMATICS[0] if _NATIVE_KINEMATICS_ENABLED[0] else None
-
-
-#: switch for tests and timing comparisons: False runs the Python per-stage loop
-_NATIVE_KINEMATICS_ENABLED = [True]
+    return mujoco_fd.native_kinematics if mujoco_fd.NATIVE else None
 
 
 def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.ndarray | None,

@@ -309,9 +309,6 @@ class ContactBatch:
         if not isinstance(contact, ContactModel):
             raise ParameterError(f"ContactBatch: contact must be a ContactModel, got {type(contact).__name__}")
         self.contact = contact
-        #: run the collection loop compiled where available (see :data:`NATIVE_COLLECT`; False: the
-        #: Python reference loop, the same results)
-        self.native = True
         self.model = contact.model
         self._local = threading.local()
         m = self.model
@@ -584,7 +581,7 @@ class ContactBatch:
         xpos = np.empty((K, model.ngeom, 3)) if xmat is not None else None
         top = 0
         dq = d2.qpos
-        if NATIVE_COLLECT and self.native and _LAYOUT is not None:
+        if NATIVE_COLLECT and _LAYOUT is not None:
             ncon_off, con_off, stride, _ = _LAYOUT
             want_x = xmat is not None
             xm = xmat if want_x else _NO_X9
