@@ -776,6 +776,50 @@ def test_compiled_step_matches_the_general_path(rng):
     assert not solver._plan.ok
 
 
+def _humanoid_with_friction_loss():
+    m, d = humanoid_standing()
+    m.dof_frictionloss[6:12] = 0.5  # friction-loss rows (read through their own mjData field)
+    mujoco.mj_forward(m, d)
+    return m, d
+
+
+@pytest.mark.parametrize("make", [humanoid_standing, hand_holding_ball, _humanoid_with_friction_loss])
+def test_native_step_equals_the_step_staged_from_python(make, rng):
+    """The native entry (stages and constraint rows read in the compiled call) gives bit for bit
+    the results of the step whose stages and row views come from Python — also when a state has
+    more constraint rows than any before (its outputs grow) and when the stages are given."""
+    from contactopt.gdd import solver as solver_module
+
+    m, d = make()
+    assert solver_module._efc_layout() is not None  # this installation runs the native entry
+    humanoid = make is not hand_holding_ball
+    cost = _builtin_cost(m, d) if humanoid else Cost(Damping(0.1, 5.0))
+    native, staged = GDDSolver(m), GDDSolver(m)
+    staged._use_native = False
+    assert native._fast_ok and GDDSolver(m)._plan is None
+    q0 = d.qpos.copy()
+    lifts = [0.5, 0.0, 0.0, 0.3, 0.0] if humanoid else [0.0] * 5
+    for k, lift in enumerate(lifts):
+        outs = []
+        for solver in (native, staged):
+            d.qpos[:] = q0
+            d.qpos[2] += lift
+            d.qvel[:] = np.random.default_rng(k).normal(scale=0.2, size=m.nv)
+            if k == 4:  # stages computed by the caller
+                mujoco.mj_fwdPosition(m, d)
+                mujoco.mj_fwdVelocity(m, d)
+                outs.append(solver.solve(d, cost, compute_stages=False))
+            else:
+                outs.append(solver.solve(d, cost))
+        a, b = outs
+        assert native._plan.native is not None and staged._plan.native is None
+        assert native._plan.floss == (make is _humanoid_with_friction_loss)
+        assert a.nefc == b.nefc and a.status == b.status and a.iterations == b.iterations
+        for name in ("qacc", "ctrl", "qfrc", "efc_force", "efc_state", "actuator_force"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert a.residual_gradient == b.residual_gradient
+
+
 def test_posture_target_matches_mj_differentiate_pos(rng):
     """The compiled configuration difference (free, ball, hinge joints) equals MuJoCo's."""
     xml = """<mujoco><worldbody>

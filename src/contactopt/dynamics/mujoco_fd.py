@@ -36,6 +36,7 @@ import numpy as np
 from llvmlite import binding as _llvm
 from numba import njit as _njit
 from numba.core import types as _nb_types
+from numba.core.extending import intrinsic as _intrinsic
 
 from ..errors import ParameterError, as_array, check_positive
 
@@ -76,6 +77,8 @@ _NATIVE_FUNCTIONS = {
     "contactopt_mj_jacbodycom": ("mj_jacBodyCom", "ppppi"),
     "contactopt_mj_jacsubtreecom": ("mj_jacSubtreeCom", "pppi"),
     "contactopt_mj_setstate": ("mj_setState", "pppi"),
+    "contactopt_mj_fwdposition": ("mj_fwdPosition", "pp"),
+    "contactopt_mj_fwdvelocity": ("mj_fwdVelocity", "pp"),
     # mjtBool flg_centered passed as a zero-extended int (the ABI reads its low byte)
     "contactopt_mjd_transitionfd": ("mjd_transitionFD", "ppdipppp"),
 }
@@ -115,6 +118,55 @@ def _bind_native() -> bool:
 #: whether the compiled loops are available (else the Python loops run)
 NATIVE = _bind_native()
 
+
+def _raw_array(dtype):
+    """An intrinsic ``f(addr, n)``: the ``(n,)`` C-contiguous ``dtype`` array at the integer
+    address ``addr``, without an owner (usable in code compiled without reference counting,
+    where ``numba.carray`` is not)."""
+    from numba.core import cgutils
+
+    arrty = _nb_types.Array(dtype, 1, "C")
+
+    @_intrinsic
+    def raw(typingctx, addr, n):
+        def codegen(context, builder, signature, args):
+            el = context.get_data_type(dtype)
+            out = context.make_array(arrty)(context, builder)
+            size = context.get_constant(_nb_types.intp, context.get_abi_sizeof(el))
+            n_ = context.cast(builder, args[1], signature.args[1], _nb_types.intp)
+            context.populate_array(out, data=builder.inttoptr(args[0], el.as_pointer()),
+                                   shape=cgutils.pack_array(builder, [n_]),
+                                   strides=cgutils.pack_array(builder, [size]),
+                                   itemsize=size, meminfo=None)
+            return out._getvalue()
+        return arrty(_nb_types.uintp, n), codegen
+    return raw
+
+
+#: ``(n,)`` float64 / int32 / uint64 arrays at a raw address, in compiled code (see :func:`_raw_array`)
+raw_f64 = _raw_array(_nb_types.float64)
+raw_i32 = _raw_array(_nb_types.int32)
+raw_u64 = _raw_array(_nb_types.uint64)
+
+
+def pointer_field_offset(d: mujoco.MjData, address: int, start: int = 0) -> int:
+    """Byte offset in the ``mjData`` struct of the pointer field that holds ``address``.
+
+    Scans the 8-byte aligned slots from ``start`` (at most 32 KiB) for the value ``address``
+    (e.g. ``d.efc_J.ctypes.data``: the offset of the ``efc_J`` field).  Used to read arena
+    arrays whose addresses change from step to step (the constraint rows) in compiled code;
+    the callers validate the offsets on probe models.
+
+    Raises:
+      RuntimeError: no slot holds ``address``.
+    """
+    base = d._address
+    first = (start + 7) // 8 * 8
+    for off in range(first, first + 8 * 4096, 8):
+        if ctypes.c_uint64.from_address(base + off).value == address:
+            return off
+    raise RuntimeError(f"no mjData field points to {address:#x}")
+
 _ARG = {"p": _nb_types.uintp, "d": _nb_types.float64, "i": _nb_types.int32}
 _mj = {symbol[len("contactopt_"):]: _nb_types.ExternalFunction(
            symbol, _nb_types.void(*[_ARG[c] for c in kinds]))
@@ -128,6 +180,8 @@ _mj_jacbody = _mj["mj_jacbody"]
 _mj_jacbodycom = _mj["mj_jacbodycom"]
 _mj_jacsubtreecom = _mj["mj_jacsubtreecom"]
 _mj_setstate = _mj["mj_setstate"]
+_mj_fwdposition = _mj["mj_fwdposition"]
+_mj_fwdvelocity = _mj["mj_fwdvelocity"]
 _mjd_transitionfd = _mj["mjd_transitionfd"]
 _MJSTATE_TIME = int(mujoco.mjtState.mjSTATE_TIME)
 

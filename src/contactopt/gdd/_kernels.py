@@ -42,6 +42,8 @@ import numpy as np
 from numba import njit
 from numba.extending import intrinsic
 
+from ..dynamics.mujoco_fd import _mj_fwdposition, _mj_fwdvelocity, raw_f64, raw_i32, raw_u64
+
 FM = {"reassoc", "contract", "arcp", "nsz"}
 
 # ---------------------------------------------------------------- row kinds / states
@@ -94,7 +96,9 @@ IPAR_KD = 10
 IPAR_M1 = 11
 IPAR_M2 = 12
 IPAR_SAFEGUARD = 13  # 1: guard against non-finite / huge initial guesses and steps (restart cold)
-IPAR_NIPAR = 14
+IPAR_NEFC = 14  # out (gdd_native): the state's number of constraint rows
+IPAR_OUT_NEED = 15  # out (gdd_native): the length of the float output it needs
+IPAR_NIPAR = 16
 
 # statistics
 ST_STATUS = 0
@@ -2779,6 +2783,56 @@ def gdd_general(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
               U(a), U(lam), U(mu_lo), U(mu_hi), U(params), U(iparams),
               U(out_g), U(out_f), U(out_state), U(out_w), U(out_ctrl), U(stats), U(log), U(wsf),
               U(wsi))
+
+
+# byte offsets in the ``mjData`` struct that gdd_native reads (``solver._efc_layout``): the
+# ``nefc`` int and the pointer fields of the constraint rows
+DL_NEFC = 0
+DL_J = 1
+DL_AREF = 2
+DL_D = 3
+DL_R = 4
+DL_FLOSS = 5  # the aref field again when the model has no friction loss (not read then)
+DL_TYPE = 6
+DL_N = 7
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _field(d, off):
+    """The address an ``mjData`` pointer field (byte offset ``off``) holds."""
+    return raw_u64(d + off, 1)[0]
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def gdd_native(m, d, stages, dl, si, span, doff, tparams, M, c, dq, actbuf, scales, costbuf, Kf2,
+               a, lam, mu_lo, mu_hi, params, iparams, outf, out_state, wsf, wsi):
+    """:func:`gdd_fast` on the ``mjModel``/``mjData`` pointers ``m``, ``d``: with ``stages`` it
+    first runs ``mj_fwdPosition`` + ``mj_fwdVelocity`` (the C functions of the bindings'
+    ``libmujoco``), then reads the constraint rows through the ``mjData`` fields at the byte
+    offsets ``dl`` (``DL_*``) — no Python-level MuJoCo call or array view per step.
+
+    ``outf``, ``out_state``: outputs with room to spare (layout of :func:`gdd_fast` for this
+    state's ``nefc``).  Writes ``iparams[IPAR_NEFC]`` and ``iparams[IPAR_OUT_NEED]`` (the length
+    of ``outf`` needed); if either output is too short it returns without solving (the stages
+    are computed: call again with ``stages = 0`` and longer outputs)."""
+    if stages != 0:
+        _mj_fwdposition(m, d)
+        _mj_fwdvelocity(m, d)
+    nefc = np.int64(raw_i32(d + dl[DL_NEFC], 1)[0])
+    nv = M.shape[0]
+    need = nv + nefc + 2 * iparams[IPAR_NC] + ST_NSTAT + iparams[IPAR_MAX_ITER] * LOG_NCOL
+    iparams[IPAR_NEFC] = nefc
+    iparams[IPAR_OUT_NEED] = need
+    if outf.shape[0] < need or out_state.shape[0] < nefc:
+        return
+    J1 = raw_f64(_field(d, dl[DL_J]), nefc * nv)
+    aref = raw_f64(_field(d, dl[DL_AREF]), nefc)
+    D = raw_f64(_field(d, dl[DL_D]), nefc)
+    R = raw_f64(_field(d, dl[DL_R]), nefc)
+    floss = raw_f64(_field(d, dl[DL_FLOSS]), nefc)
+    efc_type = raw_i32(_field(d, dl[DL_TYPE]), nefc)
+    gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq, actbuf, scales,
+             costbuf, Kf2, a, lam, mu_lo, mu_hi, params, iparams, outf, out_state, wsf, wsi)
 
 
 _EMPTY_I32 = np.zeros(0, dtype=np.int32)

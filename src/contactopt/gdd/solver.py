@@ -57,6 +57,7 @@ Typical use (see :func:`gdd_step`)::
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import math
 import time
@@ -404,6 +405,10 @@ class GDDSolver:
         self._Mbuf = np.zeros((nv, nv))
         self._cbuf = np.zeros(nv)
         self._dqbuf = np.zeros(nv)
+        self._outf = np.empty(0)  # gdd_native's outputs (grown on demand, copied into each result)
+        self._outstate = np.empty(0, dtype=np.int64)
+        #: use the native entry of the compiled step (class default: :data:`NATIVE_STEP`)
+        self._use_native = NATIVE_STEP
         self._fast_ok = bool(
             not mujoco.mj_isSparse(model) and model.opt.cone == int(mujoco.mjtCone.mjCONE_PYRAMIDAL)
             and not self.actuation.state_dependent and self.actuation.uncontrolled.size == 0
@@ -481,15 +486,11 @@ class GDDSolver:
                     plan.terms is not None and plan.terms != cost.terms):
                 plan = self._plan = _FastPlan(self, cost)
             if plan.ok:
-                if compute_stages:
-                    mujoco.mj_fwdPosition(self.model, data)
-                    mujoco.mj_fwdVelocity(self.model, data)
-                    compute_stages = False
                 sp = self._span
                 if sp is None or sp[0] is not data:
                     sp = self._span = _data_span(self.model, data)
                 if sp[1] is not None:
-                    return self._solve_fast(data, cost, plan, sp, initial_qacc, t0)
+                    return self._solve_fast(data, cost, plan, sp, initial_qacc, t0, compute_stages)
         if not isinstance(cost, Cost):
             if isinstance(cost, CostTerm):
                 cost = Cost(cost)
@@ -597,11 +598,20 @@ class GDDSolver:
         return GDDResult(a, ctrl, w, g, act.Zt, f, state, st, nefc, data.ncon,
                          time.perf_counter() - t0, log[:min(iters, log.shape[0])].copy())
 
-    def _solve_fast(self, data, cost, plan, sp, initial_qacc, t0):
+    def _solve_fast(self, data, cost, plan, sp, initial_qacc, t0, stages):
         """The compiled step (see :meth:`solve`): problem, cost terms and solve in one call.
 
+        After the first solve of a plan the call is :func:`_kernels.gdd_native`: the stages
+        (``stages``: ``mj_fwdPosition`` + ``mj_fwdVelocity``) run inside it and the constraint
+        rows are read through the ``mjData`` struct.  The first solve, or every solve where
+        that entry is unavailable (:data:`NATIVE_STEP`), runs the stages here and passes the
+        rows as the bindings' array views (:func:`_kernels.gdd_fast`); the results are the same.
         Kept lean on purpose: it runs once per simulation step, and its Python overhead is
         a visible part of the step time (see ``contactopt bench gdd``)."""
+        native = plan.native
+        if native is None and stages:
+            mujoco.mj_fwdPosition(self.model, data)
+            mujoco.mj_fwdVelocity(self.model, data)
         act = plan.act
         if act is None:
             act = plan.act = self.actuation.arrays(self.model, data)
@@ -625,12 +635,12 @@ class GDDSolver:
                 self._since_scales += 1
         else:
             self._prepare(act, plan.dims)
+        if native is not None:
+            return self._solve_native(data, cost, plan, sp, a, t0, stages, native)
         aref = data.efc_aref
         nefc = aref.shape[0]
-        nc = act.gain.size
-        nv = self.model.nv
-        o_st = nv + nefc + 2 * nc
         # one output buffer per solve (GDDResult's layout): g | f | w | u | stats | log
+        o_st = self.model.nv + nefc + 2 * act.gain.size
         buf = np.empty(o_st + K.ST_NSTAT + self._log.size)
         state = np.empty(nefc, dtype=np.int64)
         args = (plan.si, sp[1], sp[2], plan.tparams, data.efc_J, aref, data.efc_D, data.efc_R,
@@ -644,12 +654,21 @@ class GDDSolver:
             entry = plan.entry = _kernel_entry(K.gdd_fast, args)
         else:
             entry(*args)
-        code = buf[o_st + K.ST_STATUS]
-        if code == K.STATUS_WORKSPACE:  # first solve or more constraint rows: grow, solve again
+        if buf[o_st + K.ST_STATUS] == K.STATUS_WORKSPACE:  # first solve or more rows: grow, again
             self._grow_workspace(buf[o_st:o_st + K.ST_NSTAT])
             entry(*(args[:-2] + (self._wsf, self._wsi)))
-            code = buf[o_st + K.ST_STATUS]
-        if code == K.STATUS_NUMERICAL_ERROR or not self._all_controllable:
+        result = self._fast_result(data, cost, plan, a, buf, state, nefc, t0)
+        if plan.native is None and self._use_native:
+            plan.native = self._native_entry(data, plan, args)
+        return result
+
+    def _fast_result(self, data, cost, plan, a, buf, state, nefc, t0):
+        """The :class:`GDDResult` of a compiled step (``buf``: its packed float output)."""
+        act = plan.act
+        nc = act.gain.size
+        nv = self.model.nv
+        o_st = nv + nefc + 2 * nc
+        if buf[o_st + K.ST_STATUS] == K.STATUS_NUMERICAL_ERROR or not self._all_controllable:
             o = o_st + K.ST_NSTAT
             outs = (buf[:nv], buf[nv:nv + nefc], state, buf[nv + nefc:nv + nefc + nc],
                     buf[nv + nefc + nc:o_st])
@@ -658,6 +677,59 @@ class GDDSolver:
         self._qacc = a.copy()
         return GDDResult._packed(a, act.Zt, buf, state, nv, nefc, nc, data.ncon,
                                  time.perf_counter() - t0)
+
+    def _native_entry(self, data, plan, args):
+        """``(entry, dl)``: the compiled :func:`_kernels.gdd_native` for this plan's argument
+        types (``args``: those of the plan's :func:`_kernels.gdd_fast` call) and the ``mjData``
+        offsets it reads; None where the ``mjData`` layout is not the one measured at import
+        (:func:`_efc_layout`).  Compiling it (first time only: numba caches it) runs one solve
+        on scratch copies of the in/out arrays."""
+        layout = _efc_layout()
+        if layout is None:
+            return None
+        dl = layout.copy()
+        if not plan.floss:
+            dl[K.DL_FLOSS] = dl[K.DL_AREF]
+        head = (self.model._address, data._address, 0, dl) + args[:4]
+        nargs = head + args[10:]
+        entry = _kernel_entry(K.gdd_native, nargs)
+        if entry is K.gdd_native:  # not compiled for these types yet
+            scratch = tuple(x.copy() for x in args[10:])
+            K.gdd_native(*(head + scratch))
+            entry = _kernel_entry(K.gdd_native, nargs)
+        return entry, dl
+
+    def _solve_native(self, data, cost, plan, sp, a, t0, stages, native):
+        """:meth:`_solve_fast` through :func:`_kernels.gdd_native` (one compiled call per step).
+
+        Its outputs go to solver-owned buffers with room to spare (the number of rows is only
+        known inside the call), copied out for the result."""
+        entry, dl = native
+        ip = self._iparams
+        outf, outs = self._outf, self._outstate
+        maddr, daddr = self.model._address, data._address
+        entry(maddr, daddr, 1 if stages else 0, dl, plan.si, sp[1], sp[2], plan.tparams, self._Mbuf,
+              self._cbuf, self._dqbuf, self._actbuf, self._scales, plan.costbuf, plan.Kf2, a,
+              self._lam, self._mu_lo, self._mu_hi, self._params, ip, outf, outs, self._wsf, self._wsi)
+        nefc = int(ip[K.IPAR_NEFC])
+        need = int(ip[K.IPAR_OUT_NEED])
+        o_st = need - K.ST_NSTAT - self._log.size
+        if need > outf.size or nefc > outs.size or outf[o_st + K.ST_STATUS] == K.STATUS_WORKSPACE:
+            # more constraint rows than so far: grow what is short and solve again (the stages
+            # are computed; a call that stops early leaves a, λ, μ untouched)
+            for _ in range(2):
+                if need > outf.size or nefc > outs.size:
+                    outf = self._outf = np.empty(need + 64)
+                    outs = self._outstate = np.empty(nefc + 16, dtype=np.int64)
+                elif outf[o_st + K.ST_STATUS] == K.STATUS_WORKSPACE:
+                    self._grow_workspace(outf[o_st:o_st + K.ST_NSTAT])
+                else:
+                    break
+                entry(maddr, daddr, 0, dl, plan.si, sp[1], sp[2], plan.tparams, self._Mbuf,
+                      self._cbuf, self._dqbuf, self._actbuf, self._scales, plan.costbuf, plan.Kf2,
+                      a, self._lam, self._mu_lo, self._mu_hi, self._params, ip, outf, outs,
+                      self._wsf, self._wsi)
+        return self._fast_result(data, cost, plan, a, outf[:need].copy(), outs[:nefc].copy(), nefc, t0)
 
     def _diagnose_fast(self, data, cost):
         """Numerical failure on the compiled path: name the cause through the general path."""
@@ -771,7 +843,7 @@ class _FastPlan:
     """
 
     __slots__ = ("ok", "cost", "terms", "version", "si", "tparams", "costbuf", "dims", "Kf2",
-                 "entry", "act", "floss")
+                 "entry", "act", "floss", "native")
 
     def __init__(self, solver: "GDDSolver", cost):
         self.cost = cost
@@ -779,6 +851,7 @@ class _FastPlan:
         self.terms = list(cost.terms) if isinstance(cost, Cost) else None
         self.ok = False
         self.entry = None
+        self.native = None  # (entry, mjData offsets) of _kernels.gdd_native, after the first solve
         if isinstance(cost, Cost):
             terms = cost.terms
         elif isinstance(cost, CostTerm):
@@ -866,6 +939,72 @@ class _FastPlan:
         self.ok = True
 
 
+#: run the compiled step through :func:`_kernels.gdd_native` (stages and constraint rows read in
+#: the compiled call) where the ``mjData`` layout allows; False: :func:`_kernels.gdd_fast` with the
+#: stages and array views from Python (the same results, a few µs slower per step)
+NATIVE_STEP = True
+
+#: ``mjData`` fields of the constraint rows read by ``gdd_native``, by ``_kernels.DL_*`` index
+_EFC_FIELDS = ("efc_J", "efc_aref", "efc_D", "efc_R", "efc_frictionloss", "efc_type")
+_EFC_LAYOUT = []  # [layout or None] once measured
+
+
+def _efc_layout():
+    """Byte offsets (``_kernels.DL_*``, int64) in the ``mjData`` struct of ``nefc`` and of the
+    pointer fields of the constraint rows, or None (no native MuJoCo calls in this installation
+    or a layout other than ``mjdata.h``'s: ``nefc`` the fifth ``int`` after the ``timer`` array).
+
+    Measured once on a probe model (a ball on a plane, a hinge with a limit and friction loss)
+    and checked against the bindings' views at configurations with different numbers of rows."""
+    if not _EFC_LAYOUT:
+        try:
+            _EFC_LAYOUT.append(_measure_efc_layout())
+        except Exception:  # noqa: BLE001  # pragma: no cover - another layout: use gdd_fast
+            _EFC_LAYOUT.append(None)
+    return _EFC_LAYOUT[0]
+
+
+def _measure_efc_layout():
+    from ..dynamics import mujoco_fd as fd
+
+    if not fd.NATIVE:
+        return None
+    m = mujoco.MjModel.from_xml_string(
+        "<mujoco><worldbody><geom type='plane' size='1 1 0.1'/>"
+        "<body><freejoint/><geom type='sphere' size='0.1'/></body>"
+        "<body><joint type='hinge' range='-0.5 0.5' frictionloss='0.1' limited='true'/>"
+        "<geom type='capsule' size='0.02' fromto='0 0 1 0.3 0 1'/></body>"
+        "</worldbody></mujoco>")
+    layout = None
+    for trial in range(2):  # two MjData: the same offsets
+        d = mujoco.MjData(m)
+        base = d._address
+        timer = d.timer.duration
+        counts = timer.ctypes.data - base + timer.strides[0] * timer.shape[0]
+        cur = np.zeros(K.DL_N, dtype=np.int64)
+        cur[K.DL_NEFC] = counts + 16  # ncon, ne, nf, nl, nefc
+        seen = set()
+        for height, angle in ((0.09, 0.7), (0.5, 0.0), (0.05, 0.0)):  # 6, 1 and 5 rows
+            d.qpos[:] = m.qpos0
+            d.qpos[2] = height
+            d.qpos[7] = angle
+            mujoco.mj_forward(m, d)
+            ints = np.frombuffer((ctypes.c_int32 * 5).from_address(base + counts), dtype=np.int32)
+            if list(ints) != [d.ncon, d.ne, d.nf, d.nl, d.nefc]:
+                return None
+            seen.add(d.nefc)
+            for k, name in enumerate(_EFC_FIELDS, start=1):
+                addr = getattr(d, name).ctypes.data
+                if not cur[k]:
+                    cur[k] = fd.pointer_field_offset(d, addr, int(counts))
+                if ctypes.c_uint64.from_address(base + int(cur[k])).value != addr:
+                    return None
+        if len(seen) < 3 or (layout is not None and not np.array_equal(layout, cur)):
+            return None
+        layout = cur
+    return layout
+
+
 #: MuJoCo fixed-size arrays the compiled step reads, by ``_kernels.DO_*`` offset index
 _SPAN_FIELDS = ("M", "qpos", "qvel", "qfrc_bias", "qfrc_passive", "qfrc_applied", "xfrc_applied",
                 "cdof", "cdof_dot", "cvel", "subtree_com", "xipos", "xpos", "site_xpos",
@@ -876,8 +1015,6 @@ def _data_span(model, data):
     """``(data, span, offsets)``: one float64 view over the part of ``data``'s buffer that holds
     the arrays of :data:`_SPAN_FIELDS` and their offsets in it (one kernel argument instead of
     fourteen).  ``(data, None, None)`` if the arrays are not laid out in one buffer as expected."""
-    import ctypes
-
     arrs = [getattr(data, name) for name in _SPAN_FIELDS]
     live = [x for x in arrs if x.size]
     if not all(x.dtype == np.float64 and x.flags.c_contiguous for x in live):
