@@ -822,3 +822,92 @@ def test_native_collect_matches_python_loop(case, extra, rng, monkeypatch):
     if qz is not None:
         monkeypatch.setattr(B, "NATIVE_COLLECT", True)
         assert cb._collect(qz, w, extra=extra) is None
+
+
+# --------------------------------------------------------------------------- compiled force evaluation
+
+
+def test_scalar_contact_laws_match_array_laws():
+    from contactopt.idto.contact import hunt_crossley_factor_scalar, softplus_normal_force_scalar
+
+    phi = np.concatenate([np.linspace(-0.5, 0.5, 41), [-1.0, -0.37, 0.0, 0.37, 1e-9, -1e-9]])
+    f, df = softplus_normal_force(phi, 700.0, 0.01)
+    for i, x in enumerate(phi):
+        fs, dfs = softplus_normal_force_scalar(x, 700.0, 0.01)
+        assert math.isclose(fs, f[i], rel_tol=1e-14, abs_tol=1e-300)
+        assert math.isclose(dfs, df[i], rel_tol=1e-14, abs_tol=1e-300)
+    vn = np.concatenate([np.linspace(-1, 1, 41), [0.0, 0.2, 0.2 + 1e-12]])
+    d, dd = hunt_crossley_factor(vn, 0.1)
+    for i, x in enumerate(vn):
+        ds, dds = hunt_crossley_factor_scalar(x, 0.1)
+        assert math.isclose(ds, d[i], rel_tol=1e-14, abs_tol=1e-15)
+        assert math.isclose(dds, dd[i], rel_tol=1e-14, abs_tol=1e-15)
+
+
+def _native_forces_cases():
+    hop = load_model("hopper")
+    q_hop = hop.key_qpos[0].copy()
+    q_hop[1] -= 0.005
+    edges = mujoco.MjModel.from_xml_string(_EDGES_XML)
+    q_edges = edges.qpos0.copy()
+    q_edges[4] = 0.145
+    q_edges[9:12] = [1.13, 0.0, 0.13]
+    cyl = mujoco.MjModel.from_xml_string(_CYLINDER_XML)
+    q_cyl = np.array([0, 0, 0.048, 0.99, 0.0, 0.1, 0.0])
+    q_cyl[3:] /= np.linalg.norm(q_cyl[3:])
+    cases = {name: (m, q0, scale, far) for name, m, q0, scale, far in _collect_models()}
+    cases.update(hopper=(hop, q_hop, 0.01, [1]), edges=(edges, q_edges, 0.003, [4, 11]),
+                 cylinder=(cyl, q_cyl, 0.01, [2]))  # far: coordinates that lift everything off
+    return cases
+
+
+@pytest.mark.parametrize("name, friction, bodies", [
+    ("spinner", 0.5, None), ("quadruped", None, None), ("quadruped", 0.7, ["FL_calf", "HR_calf"]),
+    ("hand", None, None), ("hopper", None, None), ("hopper", 0.3, ["shank"]), ("edges", 0.5, None),
+    ("cylinder", 0.5, None)])
+def test_native_forces_match_numpy_reference(name, friction, bodies, rng, monkeypatch):
+    """The compiled force pass (NATIVE_FORCES) equals the NumPy reference to rounding: forces, ∂F/∂v,
+    the closed-form ∂F/∂q (with its geometry classification and the exact flags), counts and dofs,
+    for every combination of requested derivatives, with configurations out of contact."""
+    from contactopt.idto import batch as B
+
+    m, q0, scale, far = _native_forces_cases()[name]
+    cm = ContactModel(m, ContactParameters(stiffness=600, smoothing=0.01, friction=friction), bodies=bodies)
+    cb = B.ContactBatch(cm)
+    qs, vs = _contact_states(m, q0, rng, 16, scale, 0.5)
+    if far is not None:
+        qs[5, far] += 5.0  # out of range of everything
+    results = {}
+    for native in (False, True):
+        monkeypatch.setattr(B, "NATIVE_FORCES", native)
+        results[native] = [cb.forces(qs, vs, dv=dv, dq=dq) for dv, dq in ((False, False), (True, False),
+                                                                          (False, True), (True, True))]
+    exercised = False
+    for ref, nat in zip(results[False], results[True]):
+        for attr in ("count", "dofs", "exact"):
+            assert np.array_equal(getattr(ref, attr), getattr(nat, attr)), attr
+        for attr in ("F", "dFdv", "dFdq"):
+            a, b = getattr(ref, attr), getattr(nat, attr)
+            assert (a is None) == (b is None), attr
+            if a is not None:
+                assert a.shape == b.shape
+                np.testing.assert_allclose(b, a, rtol=0, atol=1e-12 * max(np.abs(a).max(), 1e-300), err_msg=attr)
+        assert far is None or ref.count[5] == 0
+        exercised |= bool(ref.count.sum() > 0 and np.abs(ref.F).max() > 1e-3)
+    assert exercised
+    if name == "cylinder":  # a cylinder lying on the floor is unsupported: the flag is exercised too
+        assert not results[False][3].exact.all()
+
+
+def test_native_forces_without_contacts(monkeypatch):
+    from contactopt.idto import batch as B
+
+    m = load_model("hopper")
+    cb = B.ContactBatch(ContactModel(m, ContactParameters(), bodies=["torso"]))
+    q = np.tile(m.key_qpos[0], (3, 1))
+    q[:, 1] += 3.0
+    for native in (False, True):
+        monkeypatch.setattr(B, "NATIVE_FORCES", native)
+        bf = cb.forces(q, np.zeros((3, m.nv)), dv=True, dq=True)
+        assert not bf.F.any() and not bf.dFdv.any() and not bf.dFdq.any() and not bf.count.any()
+        assert bf.exact.all() and not bf.dofs.any()

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
+from numba import njit
 
 from ..contact.geometry import ContactSpace, contact_space
 from ..errors import ParameterError, as_array
@@ -173,6 +174,35 @@ def regularized_friction(vt, fn, mu, stiction_velocity: float):
     dvt = -(c * fn)[:, None, None] * (eye - vt[:, :, None] * vt[:, None, :] / (den ** 2)[:, None, None])
     dfn = -c[:, None] * vt
     return ft, dvt, dfn
+
+
+# Scalar versions of the three laws for compiled loops (:func:`contactopt.idto.batch._forces_kernel`):
+# the same formulas, operation for operation, as the array functions above.
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def softplus_normal_force_scalar(phi, stiffness, smoothing):
+    """:func:`softplus_normal_force` of one signed distance: ``(f_c, df_c/dφ)``."""
+    x = -phi / smoothing
+    ax = abs(x)
+    ex = math.exp(-ax)
+    if x >= _ASYMPTOTE:
+        sp = x
+    else:
+        sp = max(x, 0.0) + math.log1p(ex)
+    sig = 1.0 / (1.0 + ex) if x >= 0 else ex / (1.0 + ex)
+    return smoothing * stiffness * sp, -stiffness * sig
+
+
+@njit(cache=True, nogil=True, inline="always", error_model="numpy")
+def hunt_crossley_factor_scalar(vn, dissipation_velocity):
+    """:func:`hunt_crossley_factor` of one normal velocity: ``(d, dd/dv_n)``."""
+    s = vn / dissipation_velocity
+    if s < 0:
+        return 1.0 - s, -1.0 / dissipation_velocity
+    if s < 2.0:
+        return 0.25 * (s - 2.0) ** 2, 0.5 * (s - 2.0) / dissipation_velocity
+    return 0.0, 0.0 / dissipation_velocity
 
 
 # --------------------------------------------------------------------------- model
