@@ -79,6 +79,11 @@ _NATIVE_FUNCTIONS = {
     "contactopt_mj_setstate": ("mj_setState", "pppi"),
     "contactopt_mj_fwdposition": ("mj_fwdPosition", "pp"),
     "contactopt_mj_fwdvelocity": ("mj_fwdVelocity", "pp"),
+    "contactopt_mj_inverse": ("mj_inverse", "pp"),
+    "contactopt_mj_fullm": ("mj_fullM", "ppp"),
+    "contactopt_mj_integratepos": ("mj_integratePos", "pppd"),
+    # mjtBool flg_actuation as a zero-extended int (as flg_centered below); NULL outputs as 0
+    "contactopt_mjd_inversefd": ("mjd_inverseFD", "ppdippppppp"),
     # mjtBool flg_centered passed as a zero-extended int (the ABI reads its low byte)
     "contactopt_mjd_transitionfd": ("mjd_transitionFD", "ppdipppp"),
 }
@@ -182,6 +187,10 @@ _mj_jacsubtreecom = _mj["mj_jacsubtreecom"]
 _mj_setstate = _mj["mj_setstate"]
 _mj_fwdposition = _mj["mj_fwdposition"]
 _mj_fwdvelocity = _mj["mj_fwdvelocity"]
+_mj_inverse = _mj["mj_inverse"]
+_mj_fullm = _mj["mj_fullm"]
+_mj_integratepos = _mj["mj_integratepos"]
+_mjd_inversefd = _mj["mjd_inversefd"]
 _mjd_transitionfd = _mj["mjd_transitionfd"]
 _MJSTATE_TIME = int(mujoco.mjtState.mjSTATE_TIME)
 

@@ -83,7 +83,9 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
+from numba import njit as _njit
 
+from ..dynamics import mujoco_fd as _fd
 from ..errors import ParameterError, as_array, check_positive
 from ..model import actuation_map
 from .batch import ContactBatch
@@ -92,6 +94,63 @@ from .contact import ContactModel
 __all__ = ["IDTOProblem", "Trajectory", "Linearization"]
 
 _SQRT_EPS = math.sqrt(np.finfo(float).eps)
+
+#: run the per-step MuJoCo loops of the rigid-body terms (``mj_inverse``, ``mj_fullM``,
+#: ``mjd_inverseFD``) and of the retraction as compiled loops (numba kernels calling the C
+#: functions of the bindings' ``libmujoco``, without the GIL; see :mod:`contactopt.dynamics.mujoco_fd`)
+#: where available.  False: the Python loops (the reference; the same results bit for bit).
+NATIVE_STEPS = True
+
+
+def _native() -> bool:
+    return NATIVE_STEPS and _fd.NATIVE
+
+
+@_njit(cache=True, nogil=True)
+def _rigid_kernel(m, d, qpos, qvel, qacc, qfrc_inverse, q, v, a, start, mass, rho, M):
+    """The loop of :meth:`IDTOProblem._rigid_batch` for the steps ``start … start + len(rho) − 1``:
+    load ``q_{t+1}, v_{t+1}, a_t``, ``mj_inverse`` into ``rho[k]``, with ``mass`` ``mj_fullM``
+    into ``M[k]``."""
+    nq = qpos.shape[0]
+    nv = qvel.shape[0]
+    for k in range(rho.shape[0]):
+        t = start + k
+        for j in range(nq):
+            qpos[j] = q[t + 1, j]
+        for j in range(nv):
+            qvel[j] = v[t + 1, j]
+            qacc[j] = a[t, j]
+        _fd._mj_inverse(m, d)
+        for j in range(nv):
+            rho[k, j] = qfrc_inverse[j]
+        if mass:
+            _fd._mj_fullm(m, d, M[k].ctypes.data)
+
+
+@_njit(cache=True, nogil=True)
+def _rigid_fd_kernel(m, d, qpos, qvel, qacc, q, v, a, start, eps, DfDq, DfDv):
+    """The loop of :meth:`IDTOProblem._rigid_derivatives`: ``mjd_inverseFD`` of the steps
+    ``start …`` into ``DfDq[k]``, ``DfDv[k]`` (MuJoCo's transposed layout)."""
+    nq = qpos.shape[0]
+    nv = qvel.shape[0]
+    for k in range(DfDq.shape[0]):
+        t = start + k
+        for j in range(nq):
+            qpos[j] = q[t + 1, j]
+        for j in range(nv):
+            qvel[j] = v[t + 1, j]
+            qacc[j] = a[t, j]
+        _fd._mjd_inversefd(m, d, eps[k], 0, DfDq[k].ctypes.data, DfDv[k].ctypes.data, 0, 0, 0, 0, 0)
+
+
+@_njit(cache=True, nogil=True)
+def _retract_kernel(m, out, dq):
+    """``out[t] ← out[t] ⊕ dq[t − 1]`` (``mj_integratePos``, dt 1) for ``t = 1 … T``."""
+    for t in range(1, out.shape[0]):
+        _fd._mj_integratepos(m, out[t].ctypes.data, dq[t - 1].ctypes.data, 1.0)
+
+
+_NO_M = np.zeros((0, 0, 0))
 
 
 @dataclass(frozen=True)
@@ -575,6 +634,10 @@ class IDTOProblem:
         n = len(steps)
         rho = np.empty((n, self.nv))
         M = np.empty((n, self.nv, self.nv)) if mass else None
+        if _native() and steps.step == 1:
+            _rigid_kernel(m._address, d._address, d.qpos, d.qvel, d.qacc, d.qfrc_inverse, q, v, a,
+                          steps.start, mass, rho, _NO_M if M is None else M)
+            return rho, M
         inv, full = mujoco.mj_inverse, mujoco.mj_fullM
         for k, t in enumerate(steps):
             d.qpos[:] = q[t + 1]
@@ -695,6 +758,9 @@ class IDTOProblem:
         """``q_t ⊕ dq_t`` for ``t = 1 … T`` (``dq (T, nv)`` or ``(T·nv,)``); ``q_0`` unchanged."""
         dq = np.asarray(dq, dtype=float).reshape(self.T, self.nv)
         out = q.copy()
+        if _native():
+            _retract_kernel(self.model._address, out, np.ascontiguousarray(dq))
+            return out
         for t in range(1, self.T + 1):
             mujoco.mj_integratePos(self.model, out[t], dq[t - 1], 1.0)
         return out
@@ -948,8 +1014,13 @@ class IDTOProblem:
         n = len(idx)
         DfDq = np.empty((n, nv, nv))
         DfDv = np.empty((n, nv, nv))
+        eps = self._fd_eps(q[idx.start + 1:idx.stop + 1])
+        if _native() and idx.step == 1:
+            _rigid_fd_kernel(m._address, d._address, d.qpos, d.qvel, d.qacc, q, v, a, idx.start, eps,
+                             DfDq, DfDv)
+            return DfDq.transpose(0, 2, 1), DfDv.transpose(0, 2, 1)
         fd = mujoco.mjd_inverseFD
-        eps = self._fd_eps(q[idx.start + 1:idx.stop + 1]).tolist()
+        eps = eps.tolist()
         for k, t in enumerate(idx):
             d.qpos[:] = q[t + 1]
             d.qvel[:] = v[t + 1]
