@@ -663,44 +663,54 @@ class IDTOProblem:
     def _compliant_eval(self, q, v, a, *, derivatives: bool = False):
         """Compliant inverse dynamics of every step.
 
-        The rigid-body terms (MuJoCo calls that release the GIL) run in chunks of time steps on
-        the worker threads while this thread evaluates the contact batch (mostly NumPy, which a
-        second thread would only contend with for the GIL).
+        The rigid-body terms (compiled MuJoCo loops or MuJoCo calls, both without the GIL) run
+        in chunks of time steps on the worker threads while this thread evaluates the contact
+        batch.  With ``derivatives`` the workers also take ``∂ρ/∂(q', v')`` (``mjd_inverseFD``)
+        of their chunk in the same task — one hand-off per linearization.
 
-        Returns ``(τ (T, nv), F_contact (T, nv), M (T, nv, nv) | None, BatchForces | None)``;
-        with ``derivatives`` the contact batch carries ``∂F/∂v`` (and the closed-form ``∂F/∂q``).
+        Returns ``(τ (T, nv), F_contact (T, nv), M (T, nv, nv) | None, BatchForces | None,
+        (∂ρ/∂q', ∂ρ/∂v') (T, nv, nv) each | None)``; with ``derivatives`` the contact batch
+        carries ``∂F/∂v`` (and the closed-form ``∂F/∂q``).
         """
         T, nv = self.T, self.nv
         analytic = derivatives and self.contact_derivatives in ("analytic", "auto")
         chunks = self._chunks(T)
+
+        def work(c):
+            rho, M = self._rigid_batch(q, v, a, derivatives, c)
+            return (rho, M) + (self._rigid_derivatives(q, v, a, c) if derivatives else (None, None))
+
         futures = None
         if self._pool is not None and len(chunks) > 1 and self._cbatch is not None:
-            futures = [self._pool.submit(self._rigid_batch, q, v, a, derivatives, c) for c in chunks]
+            futures = [self._pool.submit(work, c) for c in chunks]
             parts = None
         else:
-            parts = self._pmap(lambda c: self._rigid_batch(q, v, a, mass=derivatives, idx=c), chunks)
+            parts = self._pmap(work, chunks)
         bf = None
         if self._cbatch is not None:
             bf = self._cbatch.forces(q[1:], v[1:], dv=derivatives, dq=analytic)
         if futures is not None:
             parts = [f.result() for f in futures]
-        rho = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-        M = None
-        if derivatives:
-            M = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+
+        def join(i):
+            return np.concatenate([p[i] for p in parts]) if len(parts) > 1 else parts[0][i]
+
+        rho = join(0)
+        M = join(1) if derivatives else None
+        dr = (join(2), join(3)) if derivatives else None
         if bf is not None:
             fc = bf.F
             tau = rho - fc
         else:
             fc = np.zeros((T, nv))
             tau = rho
-        return tau, fc, M, bf
+        return tau, fc, M, bf, dr
 
     def _trajectory(self, q) -> Trajectory:
         v = self._velocities(q)
         a = np.diff(v, axis=0) / self.h
         if self.backend == "compliant":
-            tau, fc, _, _ = self._compliant_eval(q, v, a)
+            tau, fc, _, _, _ = self._compliant_eval(q, v, a)
             return Trajectory(q, v, a, tau, fc)
         tau = np.empty((self.T, self.nv))
         fc = np.empty((self.T, self.nv))
@@ -1074,14 +1084,11 @@ class IDTOProblem:
         t0 = time.perf_counter()
         v = self._velocities(q)
         a = np.diff(v, axis=0) / h
-        tau, fc, M, bf = self._compliant_eval(q, v, a, derivatives=True)
+        tau, fc, M, bf, (Aq, Av) = self._compliant_eval(q, v, a, derivatives=True)
         tr = Trajectory(q, v, a, tau, fc)
         r = self._residuals(tr)
         t1 = time.perf_counter()
         Jq, Jv, dvdq_prev, dvdq_cur, dvdq_back = self._kinematic_jacobians(q)
-        parts = self._pmap(lambda c: self._rigid_derivatives(q, v, a, c), self._chunks(T))
-        Aq = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-        Av = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
         Av = Av + M / h
         if bf is not None:
             Av -= bf.dFdv
