@@ -1784,6 +1784,18 @@ def _save_pattern(wk, fact_state, fact_bact):
 
 
 
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _accel_scale(pb, c, q, a_free, tmp, alo):
+    """The safeguard's acceleration scale ``max(1 + ‖M⁻¹(−c)‖ + ‖M⁻¹q‖, alo)``; leaves the free
+    acceleration ``M⁻¹(−c)`` in ``a_free`` (``tmp``: scratch)."""
+    for k in range(a_free.shape[0]):
+        a_free[k] = -c[k]
+        tmp[k] = q[k]
+    _m_solve(pb, a_free, a_free)
+    _m_solve(pb, tmp, tmp)
+    return max(1.0 + math.sqrt(_dot(a_free, a_free)) + math.sqrt(_dot(tmp, tmp)), alo)
+
+
 @njit(cache=True, error_model="numpy")
 def _cold_start(a, a_free, lam, mu_lo, mu_hi):
     """Restart from the free acceleration ``a = M⁻¹(−c)`` with zero multipliers (safeguard)."""
@@ -2046,29 +2058,29 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
     if iparams[IPAR_SCALES] == 1:
         _scales(pb, Bdir, rho, w_tmpnv, scales[0], scales[1], scales[2], scales[3])
 
-    # ---- safeguard (IPAR_SAFEGUARD): a scale of reasonable accelerations — the free
-    # acceleration M⁻¹(−c), the constraint reference accelerations and the cost's targets
+    # ---- safeguard (IPAR_SAFEGUARD): a scale of reasonable accelerations, ``ascale`` = the
+    # largest of 1 + ‖M⁻¹(−c)‖ + ‖M⁻¹q‖ (the free acceleration and the cost's pull), 1 + |aref_i|
+    # (constraint reference accelerations) and 1 + |e2_r| (cost targets).  The last two alone
+    # are a lower bound ``alo``: a test that passes with it passes with ``ascale``, so the two
+    # solves with M are only made when a test does not pass with the bound (or to start cold).
     a_free = c_Mt
-    for k in range(nv):
-        a_free[k] = -c[k]
-    _m_solve(pb, a_free, a_free)
-    for k in range(nv):
-        c_tmp[k] = q[k]
-    _m_solve(pb, c_tmp, c_tmp)
-    ascale = 1.0 + math.sqrt(_dot(a_free, a_free)) + math.sqrt(_dot(c_tmp, c_tmp))
+    alo = 1.0
     for i in range(nefc):
-        ascale = max(ascale, 1.0 + abs(aref[i]))
+        alo = max(alo, 1.0 + abs(aref[i]))
     for r in range(m2):
-        ascale = max(ascale, 1.0 + abs(e2s[r]))
+        alo = max(alo, 1.0 + abs(e2s[r]))
+    ascale = -1.0  # not computed yet
     safeguard = iparams[IPAR_SAFEGUARD] == 1
     nsafe = 0
     cold = False  # the current attempt started from the free acceleration
     if safeguard:
         an = math.sqrt(_dot(a, a))
-        if not an <= GUESS_LIMIT * ascale:  # non-finite or absurd initial guess: start cold
-            nsafe += 1
-            cold = True
-            _cold_start(a, a_free, lam, mu_lo, mu_hi)
+        if not an <= GUESS_LIMIT * alo:
+            ascale = _accel_scale(pb, c, q, a_free, c_tmp, alo)
+            if not an <= GUESS_LIMIT * ascale:  # non-finite or absurd initial guess: start cold
+                nsafe += 1
+                cold = True
+                _cold_start(a, a_free, lam, mu_lo, mu_hi)
     status = STATUS_CONVERGED
     iters = 0
     duals = 0
@@ -2085,6 +2097,8 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
             # fresh multipliers, no KKT first step
             nsafe += 1
             cold = True
+            if ascale < 0.0:
+                ascale = _accel_scale(pb, c, q, a_free, c_tmp, alo)
             _cold_start(a, a_free, lam, mu_lo, mu_hi)
             for i in range(nefc):
                 w_kink[i] = 0
@@ -2202,10 +2216,14 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
                         probed = True
                         _probe_states(pb, wk, a, dvec, Jd)
                         continue
-                if safeguard and not (alpha * math.sqrt(_dot(dvec, dvec)) <= STEP_LIMIT * ascale):
-                    status = STATUS_NUMERICAL_ERROR  # a non-finite or absurd step: restart
-                    done = True
-                    break
+                steplen = alpha * math.sqrt(_dot(dvec, dvec))
+                if safeguard and not steplen <= STEP_LIMIT * alo:
+                    if ascale < 0.0:
+                        ascale = _accel_scale(pb, c, q, a_free, c_tmp, alo)
+                    if not steplen <= STEP_LIMIT * ascale:
+                        status = STATUS_NUMERICAL_ERROR  # a non-finite or absurd step: restart
+                        done = True
+                        break
                 iters += 1
                 phi_old = phi
                 if alpha > 0.0:
@@ -2282,8 +2300,11 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
 
         if status != STATUS_NUMERICAL_ERROR:
             an = math.sqrt(_dot(a, a))
-            if safeguard and not an <= RESULT_LIMIT * ascale:
-                status = STATUS_NUMERICAL_ERROR
+            if safeguard and not an <= RESULT_LIMIT * alo:
+                if ascale < 0.0:
+                    ascale = _accel_scale(pb, c, q, a_free, c_tmp, alo)
+                if not an <= RESULT_LIMIT * ascale:
+                    status = STATUS_NUMERICAL_ERROR
         if not safeguard or status == STATUS_CONVERGED:
             break
         if status != STATUS_NUMERICAL_ERROR and cold:
