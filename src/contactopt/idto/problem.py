@@ -106,20 +106,24 @@ def _native() -> bool:
     return NATIVE_STEPS and _fd.NATIVE
 
 
+@_njit(cache=True, nogil=True, inline="always")
+def _load_step(qpos, qvel, qacc, q, v, a, t):
+    """``MjData`` views ← ``q_{t+1}``, ``v_{t+1}``, ``a_t`` (the state of step ``t``'s inverse dynamics)."""
+    for j in range(qpos.shape[0]):
+        qpos[j] = q[t + 1, j]
+    for j in range(qvel.shape[0]):
+        qvel[j] = v[t + 1, j]
+        qacc[j] = a[t, j]
+
+
 @_njit(cache=True, nogil=True)
 def _rigid_kernel(m, d, qpos, qvel, qacc, qfrc_inverse, q, v, a, start, mass, rho, M):
     """The loop of :meth:`IDTOProblem._rigid_batch` for the steps ``start … start + len(rho) − 1``:
     load ``q_{t+1}, v_{t+1}, a_t``, ``mj_inverse`` into ``rho[k]``, with ``mass`` ``mj_fullM``
     into ``M[k]``."""
-    nq = qpos.shape[0]
     nv = qvel.shape[0]
     for k in range(rho.shape[0]):
-        t = start + k
-        for j in range(nq):
-            qpos[j] = q[t + 1, j]
-        for j in range(nv):
-            qvel[j] = v[t + 1, j]
-            qacc[j] = a[t, j]
+        _load_step(qpos, qvel, qacc, q, v, a, start + k)
         _fd._mj_inverse(m, d)
         for j in range(nv):
             rho[k, j] = qfrc_inverse[j]
@@ -131,15 +135,8 @@ def _rigid_kernel(m, d, qpos, qvel, qacc, qfrc_inverse, q, v, a, start, mass, rh
 def _rigid_fd_kernel(m, d, qpos, qvel, qacc, q, v, a, start, eps, DfDq, DfDv):
     """The loop of :meth:`IDTOProblem._rigid_derivatives`: ``mjd_inverseFD`` of the steps
     ``start …`` into ``DfDq[k]``, ``DfDv[k]`` (MuJoCo's transposed layout)."""
-    nq = qpos.shape[0]
-    nv = qvel.shape[0]
     for k in range(DfDq.shape[0]):
-        t = start + k
-        for j in range(nq):
-            qpos[j] = q[t + 1, j]
-        for j in range(nv):
-            qvel[j] = v[t + 1, j]
-            qacc[j] = a[t, j]
+        _load_step(qpos, qvel, qacc, q, v, a, start + k)
         _fd._mjd_inversefd(m, d, eps[k], 0, DfDq[k].ctypes.data, DfDv[k].ctypes.data, 0, 0, 0, 0, 0)
 
 
