@@ -250,14 +250,15 @@ def test_hopper_first_plan_hops_and_the_fall_is_latched():
     the foot more than 2 cm above the ground at several knots and the torso above its straight-leg
     height (1.05 m), dynamically consistent (constrained unactuated rows) and within the knee's
     joint limit.  From a held standing guess the solver found no flight at all (module docstring
-    of ``idto_tasks``).  Also: the task's failure test is its success test's upright bound."""
+    of ``idto_tasks``).  A 1 s horizon (``T`` 50): the task's 0.5 s first plan covers only the ramp
+    into the gait.  Also: the task's failure test is its success test's upright bound."""
     from contactopt.tasks.idto_tasks import HOPPER, _hopper_fell, build_idto_planner
 
     m = load_model("hopper")
     d = mujoco.MjData(m)
     HOPPER.initial_state(m, d, np.random.default_rng(0))
     mujoco.mj_forward(m, d)
-    planner = build_idto_planner(HOPPER)
+    planner = build_idto_planner(HOPPER, horizon=50)
     up = planner.reset(0.0, np.concatenate([d.qpos, d.qvel]))
     assert up.policy is not None, up.message
     res = planner.result
@@ -274,3 +275,36 @@ def test_hopper_first_plan_hops_and_the_fall_is_latched():
     assert not _hopper_fell(m, d)
     d.qpos[1] = 0.7
     assert _hopper_fell(m, d)
+
+
+def test_hopper_gait_phase_follows_the_predicted_touchdown():
+    """The hopper nominal's gait phase moves (rate-limited) toward a touchdown at the ballistic
+    prediction while the measured foot is in the air, stays put in stance, and restarts at 0."""
+    from contactopt.tasks.idto_tasks import HOPPER, HOPPER_GAIT, HOPPER_HOME, _hopper_nominal
+
+    m = load_model("hopper")
+    nominal = _hopper_nominal(m, HOPPER.horizon, HOPPER.time_step)
+    standing = np.concatenate([HOPPER_HOME, np.zeros(5)])
+    nominal(0.0, standing)
+    assert nominal.phase == 0.0
+    flying = standing.copy()
+    flying[1] += 0.05  # foot ~5 cm up, at rest: lands in sqrt(2 · gap / g) s
+    d = mujoco.MjData(m)
+    d.qpos[:] = flying[:5]
+    mujoco.mj_kinematics(m, d)
+    gap = d.site("foot").xpos[2] - 0.05
+    assert 0.04 < gap < 0.06
+    land = math.sqrt(2 * gap / 9.81)
+    t = 1.05  # phase 0: the gait's touchdowns are at 0.3 + 0.4 k s, so it is 1.05 + land − 1.1 s late
+    late = t + land - 1.1
+    rate = HOPPER_GAIT["phase_rate"]
+    nominal(t, flying)
+    assert nominal.phase == pytest.approx(-min(rate, late))
+    for _ in range(5):
+        nominal(t, flying)
+    assert nominal.phase == pytest.approx(-late, abs=1e-9)
+    p = nominal.phase
+    nominal(t, standing)  # foot on the ground: no change
+    assert nominal.phase == p
+    nominal(0.0, standing)
+    assert nominal.phase == 0.0

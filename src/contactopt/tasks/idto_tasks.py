@@ -14,7 +14,8 @@ Tasks:
   current angle (a ramp over the horizon), the finger's nominal pose is its home pose.
   Reports ``radians_per_10s``; success when it reaches ``SPINNER_MIN_RAD_PER_10S``.
 * ``hopper`` — hop forward to a target ``x`` ahead (nominal: a hopping gait whose torso
-  position moves toward the target at a bounded speed, re-anchored at the measured ``x``);
+  position moves toward the target at a bounded speed, re-anchored at the measured ``x``, its
+  phase pulled toward the measured touchdown timing);
   success when the torso is within ``HOPPER_TOL`` of the target, upright, for 0.5 s, before
   any fall (torso below 0.8 m or pitch beyond 0.5 rad, latched).
 * ``acrobot`` — swing up from hanging and balance (no contact; the unactuated shoulder is
@@ -87,14 +88,62 @@ task's fields:
   10³; 3 iterations per update; ``Q_v`` 1.  A quadratic-cost IDTO has no energy-shaping term
   like the iLQG ``acrobot-swingup`` task's, so the swing-up rests on the local solver finding
   a pumping plan the clipped plant can follow.
-* ``hopper`` (does not succeed; 0/8 seeds).  ``contactopt run hopper --planner idto --seed N
-  --json`` (6 s), seeds 0–7, current settings: falls (``time_of_failure``) at 0.89 / 1.55 /
-  0.88 / 1.18 / 1.20 / 0.85 / 1.26 / 0.77 s, hopping until then (torso up to 1.15–1.31 m; seed 7:
-  1.02 m); update 6–16 ms median (p95 8–26 ms, loaded machine) against the 20 ms lag.  The
-  previous settings (standing nominal ``HOPPER_HOME`` with ``x`` ramped, ``h`` 0.05 s, ``T`` 40,
+* ``hopper`` (does not succeed; 0/8 seeds).  ``timeout 600 contactopt run hopper --planner idto
+  --seconds 6 --seed N --json``, seeds 0–7, current settings (``T`` 25, 4 iterations per update,
+  soft actuator limits, taper 0.15 s, gait phase re-anchored in flight): falls
+  (``time_of_failure``) at 2.27 / 2.19 / 3.17 / 5.28 / 1.65 / 2.37 / 2.47 / 4.63 s (median 2.4),
+  hopping in place or drifting until then (torso ``x`` at the fall 0.33 / −0.47 / −1.02 / 0.14 /
+  −0.04 / 0.27 / 0.40 / −0.42 m; the target is at 1 m); seeds 8–15 (same command): 2.61 / 1.37 /
+  5.99 / 0.85 / 2.99 / 1.63 / 1.52 / 2.60 s.  Update 6.5–13 ms median (p95 8–32 ms, loaded
+  machine) against the 20 ms lag.  Before (``T`` 50, 1 iteration, no limits, taper 0.3 s, gait on
+  absolute time): 0.89 / 1.55 / 0.88 / 1.18 / 1.20 / 0.85 / 1.26 / 0.77 s (0.43–1.55 s after an
+  FP-level change in ``idto/contact.py`` elsewhere: the closed loop is chaotic), seeds 8–15:
+  1.08 / 1.96 / 0.57 / 1.33 / 1.04 / 1.35 / 1.18 / 1.12 s.  What each change did (fall times,
+  seeds 0–7 unless named, 6 s runs of the same closed loop stopped at the fall):
+
+  - ``T`` 25 with 4 iterations, taper 0.15 s (T 50 / 1 iteration before), without the limits and
+    the phase re-anchoring: 1.21–3.18 s (median 2.0; seeds 8–15: median 1.4); likewise T 25 / 5
+    iterations 1.05–3.45; T 30 / 4: 0.77–1.94; T 35 / 3: 0.6–1.2; T 20 / 6: 0.41–1.57; T 50 / 10
+    (~70 ms per update): 0.97–5.87, no forward progress either (``x`` ≤ 0.74 m).  With both: T 25 /
+    8 iterations (20–30 ms, too slow): 1.34–2.72.
+  - Soft actuator limits (``actuator_limit_weight`` 10, margin 0.2) on top: 0.76–2.60 s without the
+    phase re-anchoring (seeds 0–15, median 1.5); with it the current 1.65–5.28.  Weight 3: 0.67–3.13;
+    100: 0.66–1.25; margin 0.3: 0.68–4.3.
+  - Phase re-anchoring (:func:`_hopper_nominal`; 0.02 s per update): the one seeded success seen
+    (seed 0 at 1.93 s, ``x`` 0.97 m, without the limits; seed 6 upright through 6 s at ``x`` 0.11
+    m) — not repeatable: rates 0.01 / 0.05 s gave 0/8 (1.1–4.4 s).
+  - No gain (all 0/8).  At the previous settings (``T`` 50, 1 iteration): warm-start tail
+    extrapolated at constant velocity instead of the held last knot (0.43–1.42 s; at T 25 / 4
+    iterations without the taper: 0.42–3.29); resetting the trust radius after the first plan (no
+    change); a cubic-Hermite correction of the warm start to the measured ``q, v`` over 10 knots
+    (0.15–0.49 s); max trust radius 1 or 5 (0.43–1.16); the penalty method (0.75–1.56); lag
+    compensation — planning from the state predicted 20 ms ahead with the previous policy on the
+    MuJoCo model (0.27–1.0 s); a foot trajectory with zero ground speed at lift-off / touchdown
+    (0.44–1.23; at T 25 / 4 iterations 0.71–1.18).  At T 25 / 4 iterations without the limits and
+    the phase re-anchoring: Q_v,x 3 (0.76–3.52), Q_q,hip 10 (0.74–1.59).  At the current settings:
+    zero lag (0.43–3.45: worse, like the lag compensation — the first knots of every plan are its
+    least consistent part); ``v_0`` as the backward difference of the last two measured ``q``
+    (IDTO's own velocity definition) instead of ``qvel`` (0.67–4.19; the step-0 violation stays
+    50–700 N); Raibert foot placement (offset k (v − v_d), k 0.1 / 0.2 s: 0.74–2.55); the nominal
+    hip compensated by the measured pitch (0.66–4.61); an absolute ``x`` reference (max 0.3 m
+    lead) with Q_q,x 10 or 30 (0.39–2.40: pushing forward harder falls sooner); Q_q,x 30 (0.43–
+    1.69); Q_v,x 2 (0.80–4.01); Q_v,pitch 1 (0.48–0.85); PD 300/20 (0.67–1.66); ``HOPPER_SPEED``
+    0.3 (0.78–4.19) or 0.2 (0.68–3.55); flight 0.15 s (0.55–1.72); the planner's stiction
+    velocity 0.1 m/s (seeds 0–15: 0.42–4.84, two upright through 6 s) or 0.2 (seeds 0–15: 0.67–4.67,
+    one upright through 6 s), k 5000
+    N/m with σ 1 cm (0.62–2.87) or 10000 N/m (0.66–5.52); dogleg scaling "sqrt" or "none"
+    (0.83–4.16).  Hopping in place (``HOPPER_SPEED`` 0) also falls (0.42–3.85 s) and drifts up to
+    1.1 m, so balance, not the forward drive, is what fails first.
+  - Why (scratch diagnostics): with 1–4 iterations per update the plans stay dynamically
+    inconsistent — unactuated-row violations of 20–450 N (the whole robot weighs 77 N), largest at
+    step 0 — and the first converged plan (T 50) moves forward only 0.12 m in 1 s against a
+    nominal 0.43 m.  Re-solving warm starts captured in a run (seed 0, T 50): 30 iterations bring
+    the violation to 3–70 N in the first 0.8 s, but leave 200–280 N later.
+  The previous settings (standing nominal ``HOPPER_HOME`` with ``x`` ramped, ``h`` 0.05 s, ``T`` 40,
   update / lag 10 ms, k 5000 N/m, σ 1 cm, PD 30/3) fell (same test) at 0.15 / 0.07 / 0.39 /
-  0.42 / 0.06 / 1.04 / 0.19 / 0.06 s, without a single hop.  Diagnosis (scratch scripts, seeds
-  0–1 unless named):
+  0.42 / 0.06 / 1.04 / 0.19 / 0.06 s, without a single hop.  Diagnosis that led to the gait
+  nominal (scratch scripts, seeds 0–1 unless named; "current" there is the ``T`` 50, 1-iteration
+  setting that came before the present one):
 
   - The plans never hopped: from a held standing guess the solver stays in a non-hopping local
     minimum whatever the nominal — a torso height nominal above the straight-leg height (1.2 m,
@@ -142,9 +191,8 @@ task's fields:
     updates (PD 30/3, 1 iteration): 0.46 / 0.49.
   - How it falls: the hops drift (forward or back) and a landing comes with the foot behind or
     ahead of the body; during flight the plans then ask for 100–460 N·m at the hip (the motor
-    gives 100) to re-place the leg, and the next stance pitches the torso over.  The gait's phase
-    is absolute time; a phase (or touchdown) that follows the measured contact, or torque
-    limits the plans respect, are the next things to try.
+    gives 100) to re-place the leg, and the next stance pitches the torso over.  (The phase
+    re-anchoring and the soft limits of the present settings were tried on this: above.)
   Earlier, with the standing nominal: ``HOPPER_TARGET = 0`` (pure balance, 3 s): torso below
   0.6 m after 0.74 / 0.66 s (seeds 0/1); ``h`` 0.025 s, ``T`` 80: 0.27 / 0.20 s; ``h`` 0.02 s,
   ``T`` 50: 0.61 / 0.53 s; ``h`` 0.01 s, ``T`` 100: 0.75 / 0.50 s (with ``k_p, k_d`` 100/5: 0.56 /
@@ -429,8 +477,11 @@ HOPPER_TOL = 0.15
 #: touchdown / take-off [m], leg retraction at mid-flight [m], the ramp [s] from the standing
 #: pose into the gait at the start of the run, and the taper [s] back to standing at the end of
 #: each horizon (the resampled warm start holds the last knot, so a plan that ends at rest is
-#: consistent with it).
-HOPPER_GAIT = dict(stance=0.2, flight=0.2, touchdown_height=1.03, retract=0.08, ramp=0.4, taper=0.3)
+#: consistent with it).  Phase re-anchoring (:func:`_hopper_nominal`): while the measured foot is
+#: more than ``phase_clearance`` [m] above the ground (after the ramp), the gait's phase moves by at
+#: most ``phase_rate`` [s] per update toward a touchdown at the ballistic prediction.
+HOPPER_GAIT = dict(stance=0.2, flight=0.2, touchdown_height=1.03, retract=0.08, ramp=0.4, taper=0.15,
+                   phase_rate=0.02, phase_clearance=0.01)
 _HOPPER_LINK = 0.4  # thigh and shank length (hopper.xml)
 _HOPPER_HIP = 0.2  # hip below the torso centre
 _HOPPER_FOOT = 0.05  # foot sphere radius
@@ -478,28 +529,58 @@ def _hopper_gait(tt, vx, weight):
             weight * knee + (1 - weight) * home[4])
 
 
+def _hopper_touchdown_in(model, data, x) -> float | None:
+    """Seconds until the foot of the measured state ``x`` lands, falling ballistically with the torso
+    (leg held), or None while it is within ``HOPPER_GAIT["phase_clearance"]`` of the ground."""
+    data.qpos[:] = x[:model.nq]
+    mujoco.mj_kinematics(model, data)
+    gap = float(data.site("foot").xpos[2]) - _HOPPER_FOOT
+    if gap <= HOPPER_GAIT["phase_clearance"]:
+        return None
+    vz = float(x[model.nq + 1])
+    return (vz + math.sqrt(vz * vz + 2 * _G * gap)) / _G
+
+
 def _hopper_nominal(model, T, h):
     """Hopping-gait nominal: torso ``x`` from the measured ``x`` toward the target at
     :data:`HOPPER_SPEED` (re-anchored at every update), pitch 0, height / hip / knee of
-    :func:`_hopper_gait` at absolute time (the phase does not move with the updates), ramped in
-    over ``HOPPER_GAIT["ramp"]`` s and tapered back to the standing pose at rest over the last
-    ``HOPPER_GAIT["taper"]`` s of the horizon."""
+    :func:`_hopper_gait`, ramped in over ``HOPPER_GAIT["ramp"]`` s and tapered back to the standing
+    pose at rest over the last ``HOPPER_GAIT["taper"]`` s of the horizon.
+
+    The gait runs on ``t + nominal.phase`` (absolute time plus an offset, 0 at the first plan).
+    While the measured foot is in the air (after the ramp) the offset moves by at most
+    ``HOPPER_GAIT["phase_rate"]`` s per update toward the phase that puts the gait's next touchdown
+    at the ballistic prediction (:func:`_hopper_touchdown_in`), so the nominal follows the plant's
+    hop timing instead of fighting it."""
     ks = np.arange(T + 1) * h
-    taper = HOPPER_GAIT["taper"]
+    g = HOPPER_GAIT
+    taper = g["taper"]
     w_end = np.clip((T * h - ks) / taper, 0.0, 1.0) if taper > 0 else np.ones(T + 1)
-    ramp = HOPPER_GAIT["ramp"]
+    ramp = g["ramp"]
+    period = g["stance"] + g["flight"]
+    data = mujoco.MjData(model)
 
     def nominal(t, x):
+        x = np.asarray(x, dtype=float)
+        if t <= 0.0:
+            nominal.phase = 0.0
+        elif t > ramp and g["phase_rate"] > 0:
+            land = _hopper_touchdown_in(model, data, x)
+            if land is not None:
+                # signed gait time past touchdown at the predicted landing (0: on time)
+                err = np.mod(t + land + nominal.phase + g["stance"] / 2 + period / 2, period) - period / 2
+                nominal.phase -= float(np.clip(err, -g["phase_rate"], g["phase_rate"]))
         dist = nominal.goal - x[0]
         q = np.zeros((T + 1, 5))
         q[:, 0] = x[0] + np.sign(dist) * np.minimum(np.cumsum(np.r_[0.0, HOPPER_SPEED * w_end[:-1] * h]),
                                                     abs(dist))
         vx = np.gradient(q[:, 0], h)
         w = np.minimum(w_end, np.clip((t + ks) / ramp, 0.0, 1.0)) if ramp > 0 else w_end
-        q[:, 1], q[:, 3], q[:, 4] = _hopper_gait(t + ks, vx, w)
+        q[:, 1], q[:, 3], q[:, 4] = _hopper_gait(t + nominal.phase + ks, vx, w)
         return q, np.gradient(q, h, axis=0)
 
     nominal.goal = HOPPER_HOME[0] + HOPPER_TARGET
+    nominal.phase = 0.0
     return nominal
 
 
@@ -543,16 +624,21 @@ def _hopper_report(task, model, result, x0):
 HOPPER = IDTOTask(
     name="hopper", model="hopper",
     description=f"hop forward {HOPPER_TARGET:g} m to a target and stay upright (contact-implicit)",
-    # h 0.02 s, T 50 (1 s horizon; the paper: 0.05 s, 2 s).  The update period equals h so the
+    # h 0.02 s, T 25 (0.5 s horizon; the paper: 0.05 s, 2 s).  The update period equals h so the
     # warm start is the previous plan shifted by exactly one knot: with 10 ms updates on 20 or
     # 50 ms knots the linear resampling between knots puts the stiff contact's impacts between
     # knots and the shifted guess violates the unactuated rows by up to ~1600 N (module docstring).
-    horizon=50, time_step=0.02,
+    # T 25 with 4 iterations per update (update 6.5–13 ms median) instead of T 50 with 1 (~5 ms): the
+    # warm-started plans stay closer to dynamically consistent; median fall time 1.2 → 2.4 s.
+    horizon=25, time_step=0.02, iterations_per_update=4,
     # x, z, pitch, hip, knee: the height and the leg track the gait (z 300, hip/knee 30), x and
     # pitch are held loosely; R is tiny on the motors (the hops need ~50–100 N·m) — R on the
     # unactuated rows is inert (constrained method).  Q_f,v 10: the plan ends at rest (taper).
+    # Soft actuator limits (weight 10, 20 % margin): the plans asked for 100–460 N·m at the hip
+    # (the motor gives 100).
     weights=dict(Qq=[10.0, 300.0, 50.0, 30.0, 30.0], Qv=0.1, Qf_q=[10.0, 100.0, 50.0, 10.0, 10.0], Qf_v=10.0,
-                 R=[1.0, 1.0, 1.0, 1e-4, 1e-4], unactuated_penalty=1e3),
+                 R=[1.0, 1.0, 1.0, 1e-4, 1e-4], unactuated_penalty=1e3, actuator_limit_weight=10.0,
+                 actuator_limit_margin=0.2),
     # the paper's hopper: k 800 N/m, σ 1 cm, μ 1.0, v_s 0.05 m/s.  Chosen k = 20000 N/m, σ 5 mm:
     # the planner's foot sinks ~1.5 mm under the weight and ~1.2 cm at the push-off peak (k 800:
     # 9.5 cm, k 5000 / σ 1 cm: 1.3 / 3.9 cm) — the plant's ground is nearly rigid.
