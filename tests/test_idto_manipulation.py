@@ -105,7 +105,7 @@ def test_hand_ball_planner_follows_the_paper_settings_with_the_documented_change
     np.testing.assert_allclose(pr.Qf_q, [1.0] * 16 + [10 * w] * 3 + [100.0] * 3)
     np.testing.assert_allclose(pr.Qv, [im.HAND_BALL_HAND_VEL_WEIGHT] * 16 + [1.0] * 6)
     assert w > 100.0  # the plans let the ball roll off the palm at Table II's 10 / 100
-    assert pl.iterations_per_update == im.HAND_BALL.iterations_per_update == 3
+    assert pl.iterations_per_update == im.HAND_BALL.iterations_per_update == 4
     assert pr.Z.shape == (22, 6)  # the ball's six unactuated dofs
 
 
@@ -339,13 +339,13 @@ def test_hand_ball_closed_loop_starts_turning_the_ball_and_keeps_it():
 
 
 @pytest.mark.slow
-def test_hand_ball_closed_loop_turns_the_ball_180_degrees_seed_2():
-    """The documented success (module docstring): seed 2 is within 30° of the target, ball in the
-    hand, from 9.7 s on (closed loop, sync mode, 0.1 s policy lag; ~15-30 s of wall time)."""
+def test_hand_ball_closed_loop_turns_the_ball_180_degrees_seed_0():
+    """The documented success (module docstring): seed 0 is within 30° of the target, ball in the
+    hand, from 5.4 s on (closed loop, sync mode, 0.1 s policy lag; ~5-15 s of wall time)."""
     from contactopt.tasks.idto_tasks import run_idto_task
 
-    result, plant, _ = run_idto_task(im.HAND_BALL, seconds=12.0, seed=2)
-    assert result.success and result.time_to_success < 11.5
+    result, plant, _ = run_idto_task(im.HAND_BALL, seconds=6.5, seed=0)
+    assert result.success and result.time_to_success < 6.0
     assert all(im.ball_in_hand(plant, q) for q in result.qpos)  # never left the hand
     assert result.metric[-1] < im.HAND_BALL_SUCCESS_DEG
     assert result.failed_updates == 0
