@@ -80,15 +80,23 @@ def test_diverging_simulation_leaves_no_video(tmp_path):
 @pytest.mark.slow
 def test_interrupted_video_leaves_no_file(tmp_path):
     video = tmp_path / "long.mp4"
+    # SIGINT back to its default in the child: a runner started in the background (``cmd &``,
+    # nohup) has it ignored, the child inherits that and Python then installs no handler
     proc = subprocess.Popen(CLI + ["simulate", "humanoid", "--seconds", "600", "--video", str(video)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline and not any(p.name.startswith(".long.partial") for p in tmp_path.iterdir()):
         time.sleep(0.1)
     assert any(tmp_path.iterdir()), "video writing never started"
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # never leave a 600 s simulation running
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert list(tmp_path.iterdir()) == []
 
