@@ -36,3 +36,19 @@ def test_native_rigid_terms_and_retraction_match_the_python_loops(name, monkeypa
     problem.close()
     for key, value in native.items():
         assert np.array_equal(value, python[key]), key
+
+
+def test_retract_checks_the_trajectory_it_writes_through_pointers():
+    """A trajectory of the wrong shape is refused (the compiled loop would write past its end);
+    any float dtype is converted."""
+    from contactopt.errors import ShapeError
+
+    task = idto_tasks(["spinner"])[0]
+    planner, q_guess = open_loop_problem(task, workers=1, horizon=8)
+    problem = planner.problem
+    dq = np.zeros((problem.T, problem.nv))
+    with pytest.raises(ShapeError):
+        problem.retract(q_guess[:-1], dq)
+    out = problem.retract(q_guess.astype(np.float32), dq)
+    assert out.dtype == np.float64 and np.array_equal(out, q_guess.astype(np.float32).astype(float))
+    problem.close()

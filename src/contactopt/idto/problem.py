@@ -763,10 +763,11 @@ class IDTOProblem:
 
     def retract(self, q, dq) -> np.ndarray:
         """``q_t ⊕ dq_t`` for ``t = 1 … T`` (``dq (T, nv)`` or ``(T·nv,)``); ``q_0`` unchanged."""
-        dq = np.asarray(dq, dtype=float).reshape(self.T, self.nv)
-        out = q.copy()
+        dq = np.ascontiguousarray(np.asarray(dq, dtype=float).reshape(self.T, self.nv))
+        # float64, C order and (T+1, nq): what the compiled loop reads and writes through pointers
+        out = as_array("q", q, (self.T + 1, self.nq), finite=False).copy()
         if _native():
-            _retract_kernel(self.model._address, out, np.ascontiguousarray(dq))
+            _retract_kernel(self.model._address, out, dq)
             return out
         for t in range(1, self.T + 1):
             mujoco.mj_integratePos(self.model, out[t], dq[t - 1], 1.0)
