@@ -612,6 +612,19 @@ def test_unknown_names_and_bad_targets_raise():
         GDDSolver(m).solve(d, "not a cost")
 
 
+def test_data_of_another_model_is_rejected():
+    """The compiled step runs MuJoCo on (model, data) through raw pointers: an MjData made for
+    another model (here the hand's, with the humanoid's nq, nv and nu) is refused, not solved."""
+    m, d = humanoid_standing()
+    solver = GDDSolver(m)
+    cost = Cost(Damping(0.1, 5.0))
+    solver.solve(d, cost)
+    other = mujoco.MjData(contactopt.load_model("hand"))
+    with pytest.raises(ParameterError, match="different model"):
+        solver.solve(other, cost)
+    assert solver.solve(d, cost).converged  # the solver still works on its own data
+
+
 def test_model_without_actuators_is_rejected():
     m = mujoco.MjModel.from_xml_string(ARM_XML.split("<actuator>")[0] + "</mujoco>")
     with pytest.raises(ParameterError, match="no actuators"):

@@ -488,6 +488,7 @@ class GDDSolver:
             if plan.ok:
                 sp = self._span
                 if sp is None or sp[0] is not data:
+                    _check_data(self.model, data)
                     sp = self._span = _data_span(self.model, data)
                 if sp[1] is not None:
                     return self._solve_fast(data, cost, plan, sp, initial_qacc, t0, compute_stages)
@@ -1003,6 +1004,18 @@ def _measure_efc_layout():
             return None
         layout = cur
     return layout
+
+
+def _check_data(model, data) -> None:
+    """Raise :class:`ParameterError` unless ``data`` has ``model``'s sizes (the compiled step runs
+    MuJoCo on the pair through raw pointers; checked once per ``MjData``)."""
+    if not isinstance(data, mujoco.MjData):
+        raise ParameterError(f"data must be a mujoco.MjData, got {type(data).__name__}")
+    sizes = (data.qpos.size, data.qvel.size, data.act.size, data.ctrl.size, data.xpos.shape[0])
+    if sizes != (model.nq, model.nv, model.na, model.nu, model.nbody):
+        raise ParameterError(
+            "data was made for a different model (nq, nv, na, nu, nbody "
+            f"{sizes} vs the solver's {(model.nq, model.nv, model.na, model.nu, model.nbody)})")
 
 
 #: MuJoCo fixed-size arrays the compiled step reads, by ``_kernels.DO_*`` offset index
