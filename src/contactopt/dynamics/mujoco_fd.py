@@ -77,6 +77,7 @@ _NATIVE_FUNCTIONS = {
     "contactopt_mj_jacbodycom": ("mj_jacBodyCom", "ppppi"),
     "contactopt_mj_jacsubtreecom": ("mj_jacSubtreeCom", "pppi"),
     "contactopt_mj_setstate": ("mj_setState", "pppi"),
+    "contactopt_mj_collision": ("mj_collision", "pp"),
     "contactopt_mj_fwdposition": ("mj_fwdPosition", "pp"),
     "contactopt_mj_fwdvelocity": ("mj_fwdVelocity", "pp"),
     "contactopt_mj_inverse": ("mj_inverse", "pp"),
@@ -154,6 +155,13 @@ raw_i32 = _raw_array(_nb_types.int32)
 raw_u64 = _raw_array(_nb_types.uint64)
 
 
+def ncon_field_offset(d: mujoco.MjData) -> int:
+    """Byte offset in the ``mjData`` struct of ``ncon``: the first ``int`` after the ``timer``
+    array (``mjdata.h``; ``ne, nf, nl, nefc`` follow).  The callers check it on probe models."""
+    timer = d.timer.duration
+    return timer.ctypes.data - d._address + timer.strides[0] * timer.shape[0]
+
+
 def pointer_field_offset(d: mujoco.MjData, address: int, start: int = 0) -> int:
     """Byte offset in the ``mjData`` struct of the pointer field that holds ``address``.
 
@@ -185,6 +193,7 @@ _mj_jacbody = _mj["mj_jacbody"]
 _mj_jacbodycom = _mj["mj_jacbodycom"]
 _mj_jacsubtreecom = _mj["mj_jacsubtreecom"]
 _mj_setstate = _mj["mj_setstate"]
+_mj_collision = _mj["mj_collision"]
 _mj_fwdposition = _mj["mj_fwdposition"]
 _mj_fwdvelocity = _mj["mj_fwdvelocity"]
 _mj_inverse = _mj["mj_inverse"]

@@ -980,8 +980,7 @@ def _measure_efc_layout():
     for trial in range(2):  # two MjData: the same offsets
         d = mujoco.MjData(m)
         base = d._address
-        timer = d.timer.duration
-        counts = timer.ctypes.data - base + timer.strides[0] * timer.shape[0]
+        counts = fd.ncon_field_offset(d)
         cur = np.zeros(K.DL_N, dtype=np.int64)
         cur[K.DL_NEFC] = counts + 16  # ncon, ne, nf, nl, nefc
         seen = set()

@@ -56,14 +56,9 @@ import ctypes
 import math
 import threading
 
-import llvmlite.ir as _ir
 import mujoco
 import numpy as np
-from llvmlite import binding as _llvm
-from numba import carray
 from numba import njit as _njit
-from numba.core import types as _nb_types
-from numba.core.extending import intrinsic as _intrinsic
 
 from ..contact.geometry import SYNCED_FIELDS
 from ..dynamics import mujoco_fd as _fd
@@ -97,46 +92,14 @@ __all__ = ["ContactBatch", "BatchForces"]
 NATIVE_COLLECT = True
 
 
-def _bind_collision() -> bool:
-    if not _fd.NATIVE:
-        return False
-    try:
-        lib = _fd._find_libmujoco()
-        if lib is None:  # pragma: no cover
-            return False
-        _llvm.add_symbol("contactopt_idto_mj_collision", ctypes.cast(lib.mj_collision, ctypes.c_void_p).value)
-        return True
-    except Exception:  # noqa: BLE001  # pragma: no cover - no native path on this installation
-        return False
-
-
-_mj_kinematics, _mj_compos = _fd._mj_kinematics, _fd._mj_compos
-_mj_collision = _nb_types.ExternalFunction("contactopt_idto_mj_collision", _nb_types.void(_nb_types.uintp, _nb_types.uintp))
-
-
-@_intrinsic
-def _voidptr(typingctx, addr):
-    """An integer address as a ``void*`` (for ``numba.carray``)."""
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], _ir.IntType(8).as_pointer())
-    return _nb_types.voidptr(_nb_types.uintp), codegen
+_mj_kinematics, _mj_compos, _mj_collision = _fd._mj_kinematics, _fd._mj_compos, _fd._mj_collision
 
 
 def _struct_offsets(d: mujoco.MjData):
-    """Byte offsets in the ``mjData`` struct of ``ncon`` and of the ``contact`` pointer.
-
-    ``ncon`` follows the ``timer`` array (``mjdata.h``); ``contact`` follows the ``cfrc_ext`` pointer,
-    found by scanning the pointer slots after ``ncon`` for the address of ``d.cfrc_ext``.
-    """
-    base = d._address
-    timer = d.timer.duration
-    ncon_off = timer.ctypes.data - base + timer.strides[0] * timer.shape[0]
-    target = d.cfrc_ext.ctypes.data
-    start = (ncon_off + 7) // 8 * 8
-    for off in range(start, start + 8 * 4096, 8):
-        if ctypes.c_uint64.from_address(base + off).value == target:
-            return ncon_off, off + 8
-    raise RuntimeError("mjData.cfrc_ext pointer not found")
+    """Byte offsets in the ``mjData`` struct of ``ncon`` and of the ``contact`` pointer (the field
+    after the ``cfrc_ext`` pointer, found by its address among the pointer slots after ``ncon``)."""
+    ncon_off = _fd.ncon_field_offset(d)
+    return ncon_off, _fd.pointer_field_offset(d, d.cfrc_ext.ctypes.data, ncon_off) + 8
 
 
 def _contact_layout():
@@ -146,7 +109,7 @@ def _contact_layout():
     on two MjData of a probe model (overlapping spheres and a box) and checked against the
     bindings' ``d.ncon`` and ``d.contact`` views at several configurations.
     """
-    if not _bind_collision():
+    if not _fd.NATIVE:
         return None
     try:
         m = mujoco.MjModel.from_xml_string(
@@ -205,8 +168,8 @@ def _collect_kernel(m, d, ncon_off, con_off, stride, fields, qpos, dq, k0, top,
     s4 = stride // 4
     o_dist, o_pos, o_frame, o_fric = fields[0] // 8, fields[1] // 8, fields[2] // 8, fields[3] // 8
     o_geom, o_excl = fields[4] // 4, fields[5] // 4
-    ncon_p = carray(_voidptr(d + ncon_off), (1,), np.int32)
-    con_p = carray(_voidptr(d + con_off), (1,), np.uint64)
+    ncon_p = _fd.raw_i32(d + ncon_off, 1)
+    con_p = _fd.raw_u64(d + con_off, 1)
     for k in range(k0, K):
         for j in range(nq):
             dq[j] = qpos[k, j]
@@ -228,8 +191,8 @@ def _collect_kernel(m, d, ncon_off, con_off, stride, fields, qpos, dq, k0, top,
             status[2] = end
             return
         addr = con_p[0]
-        cf = carray(_voidptr(addr), (n * s8,), np.float64)
-        ci = carray(_voidptr(addr), (n * s4,), np.int32)
+        cf = _fd.raw_f64(addr, n * s8)
+        ci = _fd.raw_i32(addr, n * s4)
         for c in range(n):
             i = top + c
             b8 = c * s8
