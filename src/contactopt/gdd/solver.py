@@ -709,9 +709,10 @@ class GDDSolver:
         ip = self._iparams
         outf, outs = self._outf, self._outstate
         maddr, daddr = self.model._address, data._address
-        entry(maddr, daddr, 1 if stages else 0, dl, plan.si, sp[1], sp[2], plan.tparams, self._Mbuf,
-              self._cbuf, self._dqbuf, self._actbuf, self._scales, plan.costbuf, plan.Kf2, a,
-              self._lam, self._mu_lo, self._mu_hi, self._params, ip, outf, outs, self._wsf, self._wsi)
+        rest = (plan.si, sp[1], sp[2], plan.tparams, self._Mbuf, self._cbuf, self._dqbuf, self._actbuf,
+                self._scales, plan.costbuf, plan.Kf2, a, self._lam, self._mu_lo, self._mu_hi,
+                self._params, ip)
+        entry(maddr, daddr, 1 if stages else 0, dl, *rest, outf, outs, self._wsf, self._wsi)
         nefc = int(ip[K.IPAR_NEFC])
         need = int(ip[K.IPAR_OUT_NEED])
         o_st = need - K.ST_NSTAT - self._log.size
@@ -726,10 +727,7 @@ class GDDSolver:
                     self._grow_workspace(outf[o_st:o_st + K.ST_NSTAT])
                 else:
                     break
-                entry(maddr, daddr, 0, dl, plan.si, sp[1], sp[2], plan.tparams, self._Mbuf,
-                      self._cbuf, self._dqbuf, self._actbuf, self._scales, plan.costbuf, plan.Kf2,
-                      a, self._lam, self._mu_lo, self._mu_hi, self._params, ip, outf, outs,
-                      self._wsf, self._wsi)
+                entry(maddr, daddr, 0, dl, *rest, outf, outs, self._wsf, self._wsi)
         return self._fast_result(data, cost, plan, a, outf[:need].copy(), outs[:nefc].copy(), nefc, t0)
 
     def _diagnose_fast(self, data, cost):
