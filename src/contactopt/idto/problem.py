@@ -96,7 +96,7 @@ __all__ = ["IDTOProblem", "Trajectory", "Linearization"]
 _SQRT_EPS = math.sqrt(np.finfo(float).eps)
 
 #: run the per-step MuJoCo loops of the rigid-body terms (``mj_inverse``, ``mj_fullM``,
-#: ``mjd_inverseFD``) and of the retraction as compiled loops (numba kernels calling the C
+#: ``mjd_inverseFD``), of the velocities (``mj_differentiatePos``) and of the retraction as compiled loops (numba kernels calling the C
 #: functions of the bindings' ``libmujoco``, without the GIL; see :mod:`contactopt.dynamics.mujoco_fd`)
 #: where available.  False: the Python loops (the reference; the same results bit for bit).
 NATIVE_STEPS = True
@@ -138,6 +138,13 @@ def _rigid_fd_kernel(m, d, qpos, qvel, qacc, q, v, a, start, eps, DfDq, DfDv):
     for k in range(DfDq.shape[0]):
         _load_step(qpos, qvel, qacc, q, v, a, start + k)
         _fd._mjd_inversefd(m, d, eps[k], 0, DfDq[k].ctypes.data, DfDv[k].ctypes.data, 0, 0, 0, 0, 0)
+
+
+@_njit(cache=True, nogil=True)
+def _velocity_kernel(m, v, h, q):
+    """``v[t] ← (q[t] ⊖ q[t − 1]) / h`` (``mj_differentiatePos``) for ``t = 1 … T``."""
+    for t in range(1, v.shape[0]):
+        _fd._mj_differentiatepos(m, v[t].ctypes.data, h, q[t - 1].ctypes.data, q[t].ctypes.data)
 
 
 @_njit(cache=True, nogil=True)
@@ -611,6 +618,10 @@ class IDTOProblem:
         if self._euclidean:
             np.subtract(q[1:], q[:-1], out=v[1:])
             v[1:] /= self.h
+            return v
+        if _native():  # read through pointers: float64, C order, (T+1, nq)
+            _velocity_kernel(self.model._address, v, self.h,
+                             as_array("q", q, (self.T + 1, self.nq), finite=False))
             return v
         for t in range(1, self.T + 1):
             mujoco.mj_differentiatePos(self.model, v[t], self.h, q[t - 1], q[t])
