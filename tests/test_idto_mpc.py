@@ -9,7 +9,12 @@ import pytest
 from contactopt.idto import IDTOProblem, SolverResult, SolverStatus
 from contactopt.model import actuation_map, load_model
 from contactopt.mpc import PlannerUpdate
-from contactopt.mpc.idto_planner import IDTOPlanner, IDTOPolicy, feedforward_controls, resample_trajectory
+from contactopt.mpc.idto_planner import (
+    IDTOPlanner,
+    IDTOPolicy,
+    feedforward_controls,
+    resample_trajectory,
+)
 
 
 def _random_plan(rng, m, T=6):
@@ -245,66 +250,75 @@ def test_acrobot_idto_mpc_swings_the_tip_up():
         assert np.nanmin(res.metric) < 2.0, (seed, np.nanmin(res.metric))
 
 
-def test_hopper_first_plan_hops_and_the_fall_is_latched():
-    """The hopper's first plan (gait nominal as guess, compliant contact) has real flight phases:
-    the foot more than 2 cm above the ground at several knots and the torso above its straight-leg
-    height (1.05 m), dynamically consistent (constrained unactuated rows) and within the knee's
-    joint limit.  From a held standing guess the solver found no flight at all (module docstring
-    of ``idto_tasks``).  A 1 s horizon (``T`` 50): the task's 0.5 s first plan covers only the ramp
-    into the gait.  Also: the task's failure test is its success test's upright bound."""
-    from contactopt.tasks.idto_tasks import HOPPER, _hopper_fell, build_idto_planner
+def test_hopper_first_plan_rocks_forward_consistently_and_the_fall_is_latched():
+    """The footed hopper's first plan (nominal as guess, compliant contact, constrained method) is
+    dynamically consistent on the unactuated rows and moves the torso forward along the nominal by
+    rocking onto the toe (the heel lifts, the toe stays down); the task's failure test is its
+    success test's upright bound."""
+    from contactopt.tasks.idto_tasks import HOPPER, HOPPER_HOME, _hopper_fell, build_idto_planner
 
-    m = load_model("hopper")
+    m = load_model("hopper-foot")
     d = mujoco.MjData(m)
     HOPPER.initial_state(m, d, np.random.default_rng(0))
     mujoco.mj_forward(m, d)
-    planner = build_idto_planner(HOPPER, horizon=50)
+    planner = build_idto_planner(HOPPER, initial_iterations=60)
     up = planner.reset(0.0, np.concatenate([d.qpos, d.qvel]))
     assert up.policy is not None, up.message
     res = planner.result
-    assert np.abs(res.tau[:, :3]).max() < 1.0  # unactuated rows (x, z, pitch) [N, N·m]
-    foot = np.empty(res.q.shape[0])
+    assert np.abs(res.tau[:, :3]).max() < 1e-3  # unactuated rows (x, z, pitch) [N, N·m]
+    assert 0.2 < res.q[-1, 0] < 0.4  # the nominal ends 0.3 m ahead
+    heel, toe = np.empty(res.q.shape[0]), np.empty(res.q.shape[0])
     for k, q in enumerate(res.q):
         d.qpos[:] = q
         mujoco.mj_kinematics(m, d)
-        foot[k] = d.site("foot").xpos[2] - 0.05  # foot sphere's lowest point
-    assert (foot > 0.02).sum() >= 5, foot
-    assert res.q[:, 1].max() > 1.05
-    assert res.q[:, 4].min() > 0.0  # knee range [0, 2.4]
-    d.qpos[:] = m.key("home").qpos
+        heel[k], toe[k] = d.geom("heel").xpos[2] - 0.03, d.geom("toe").xpos[2] - 0.03
+    assert heel.max() > 0.05 and toe.max() < 0.02, (heel.max(), toe.max())
+    d.qpos[:] = HOPPER_HOME
     assert not _hopper_fell(m, d)
-    d.qpos[1] = 0.7
+    d.qpos[2] = 0.7
     assert _hopper_fell(m, d)
 
 
-def test_hopper_gait_phase_follows_the_predicted_touchdown():
-    """The hopper nominal's gait phase moves (rate-limited) toward a touchdown at the ballistic
-    prediction while the measured foot is in the air, stays put in stance, and restarts at 0."""
-    from contactopt.tasks.idto_tasks import HOPPER, HOPPER_GAIT, HOPPER_HOME, _hopper_nominal
+def test_hopper_nominal_is_anchored_to_time_within_the_lead():
+    """The hopper's x reference starts at ``HOPPER_SPEED · t`` (clipped to ``HOPPER_LEAD`` of the
+    measured x), runs at ``HOPPER_SPEED`` and stops at the target; the rest is the home pose."""
+    from contactopt.tasks.idto_tasks import (
+        HOPPER,
+        HOPPER_HOME,
+        HOPPER_LEAD,
+        HOPPER_SPEED,
+        HOPPER_TARGET,
+        _hopper_nominal,
+    )
 
-    m = load_model("hopper")
-    nominal = _hopper_nominal(m, HOPPER.horizon, HOPPER.time_step)
-    standing = np.concatenate([HOPPER_HOME, np.zeros(5)])
-    nominal(0.0, standing)
-    assert nominal.phase == 0.0
-    flying = standing.copy()
-    flying[1] += 0.05  # foot ~5 cm up, at rest: lands in sqrt(2 · gap / g) s
-    d = mujoco.MjData(m)
-    d.qpos[:] = flying[:5]
-    mujoco.mj_kinematics(m, d)
-    gap = d.site("foot").xpos[2] - 0.05
-    assert 0.04 < gap < 0.06
-    land = math.sqrt(2 * gap / 9.81)
-    t = 1.05  # phase 0: the gait's touchdowns are at 0.3 + 0.4 k s, so it is 1.05 + land − 1.1 s late
-    late = t + land - 1.1
-    rate = HOPPER_GAIT["phase_rate"]
-    nominal(t, flying)
-    assert nominal.phase == pytest.approx(-min(rate, late))
-    for _ in range(5):
-        nominal(t, flying)
-    assert nominal.phase == pytest.approx(-late, abs=1e-9)
-    p = nominal.phase
-    nominal(t, standing)  # foot on the ground: no change
-    assert nominal.phase == p
-    nominal(0.0, standing)
-    assert nominal.phase == 0.0
+    m = load_model("hopper-foot")
+    T, h = HOPPER.horizon, HOPPER.time_step
+    nominal = _hopper_nominal(m, T, h)
+    x = np.concatenate([HOPPER_HOME, np.zeros(5)])
+    x[0] = 0.25
+    q, v = nominal(2.0, x)
+    assert q.shape == (T + 1, 5) and v.shape == (T + 1, 5)
+    np.testing.assert_allclose(q[:, 1:], np.tile(HOPPER_HOME[1:], (T + 1, 1)))
+    assert q[0, 0] == pytest.approx(HOPPER_SPEED * 2.0)  # within the lead of the measured 0.25 m
+    assert q[-1, 0] == pytest.approx(HOPPER_TARGET)  # capped at the target
+    running = q[:, 0] < HOPPER_TARGET - 1e-9
+    np.testing.assert_allclose(np.diff(q[:, 0])[running[1:]], HOPPER_SPEED * h)
+    assert v[1, 0] == pytest.approx(HOPPER_SPEED)
+    x[0] = 0.4  # ahead of the time reference: the start is held within the lead behind it
+    assert nominal(0.5, x)[0][0, 0] == pytest.approx(0.4 - HOPPER_LEAD)
+    x[0] = -0.3  # fell behind: no lunge
+    assert nominal(3.0, x)[0][0, 0] == pytest.approx(-0.3 + HOPPER_LEAD)
+
+
+@pytest.mark.slow
+def test_hopper_idto_mpc_hops_to_the_target():
+    """Closed loop (sync mode, 25 ms lag, one iteration per update): seed 3 rocks forward, hops and
+    stands within 0.1 m of the 0.5 m target for 0.5 s (success at 2.51 s), without falling."""
+    from contactopt.tasks.idto_tasks import HOPPER, _hopper_flights, run_idto_task
+
+    res, plant, x0 = run_idto_task(HOPPER, seconds=3.2, seed=3)
+    assert res.failed_updates == 0
+    assert res.success, res.summary()
+    assert res.time_of_failure is None
+    flights, _ = _hopper_flights(plant, res.qpos)
+    assert flights >= 1

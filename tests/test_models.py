@@ -14,6 +14,7 @@ EXPECTED_DIMS = {
     "acrobot": (2, 2, 1),
     "swimmer": (6, 6, 3),
     "hopper": (5, 5, 2),
+    "hopper-foot": (5, 5, 2),
     "spinner": (3, 3, 2),
     "quadruped": (19, 18, 12),
     "quadruped-hills": (19, 18, 12),
