@@ -99,7 +99,10 @@ class SolverOptions:
 
     Attributes:
       max_iterations: iteration cap (≥ 0).
-      initial_radius: ``Δ_0`` (scaled units), > 0.  max_radius: ``Δ_max``.
+      initial_radius: ``Δ_0`` (scaled units), > 0; the notes' default 0.1.  It bounds the
+        scaled step of the whole trajectory, so at 0.1 a cold solve spends its first iterations
+        doubling ``Δ``; the tasks choose their own (``contactopt.tasks``: 10 for the spinner and
+        the quadruped, 1 for the acrobot, measured there).  max_radius: ``Δ_max``.
       min_radius: stop with TRUST_REGION_COLLAPSED when ``Δ`` drops below it.
       scaling: ``"quartic"`` (``D = min(1, H_ii^−1/4)``), ``"sqrt"`` (``^−1/2``) or ``"none"``.
       convergence: :class:`ConvergenceCriteria` or None (run ``max_iterations``).
