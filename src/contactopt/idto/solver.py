@@ -101,8 +101,9 @@ class SolverOptions:
       max_iterations: iteration cap (≥ 0).
       initial_radius: ``Δ_0`` (scaled units), > 0; the notes' default 0.1.  It bounds the
         scaled step of the whole trajectory, so at 0.1 a cold solve spends its first iterations
-        doubling ``Δ``; the tasks choose their own (``contactopt.tasks``: 10 for the spinner and
-        the quadruped, 1 for the acrobot, measured there).  max_radius: ``Δ_max``.
+        doubling ``Δ``; the tasks choose their own (``contactopt.tasks``: 10 for the spinner, the
+        quadruped and the hopper, 1 for the acrobot, measured there; the MPC planner's
+        ``restart_radius`` is the radius its updates restart from).  max_radius: ``Δ_max``.
       min_radius: stop with TRUST_REGION_COLLAPSED when ``Δ`` drops below it.
       scaling: ``"quartic"`` (``D = min(1, H_ii^−1/4)``), ``"sqrt"`` (``^−1/2``) or ``"none"``.
       convergence: :class:`ConvergenceCriteria` or None (run ``max_iterations``).

@@ -38,7 +38,7 @@ import mujoco
 import numpy as np
 from scipy.interpolate import CubicSpline
 
-from ..errors import ContactoptError, ParameterError, as_array
+from ..errors import ContactoptError, ParameterError, as_array, check_positive
 from ..idto import IDTOProblem, IDTOSolver, SolverOptions, SolverResult, SolverStatus
 from ..model import actuation_map
 from .policy import Policy
@@ -280,6 +280,11 @@ class IDTOPlanner:
       kp, kd: policy gains (``(nu,)`` or scalar, see :class:`IDTOPolicy`).
       divergence_factor: an update whose planned cost exceeds this times the previous
         plan's cost *and* is not finite-improving is treated as diverged (∞ = never).
+      restart_radius: the trust radius ``Δ`` (scaled units, > 0) the next update starts from
+        after a solve whose radius collapsed (every converged first plan ends so) or that
+        failed; default ``options.initial_radius``.  A cold solve wants a large ``Δ_0``, the
+        warm-started updates of a task with a fragile balance may want a small one
+        (the IDTO hopper: ``Δ_0`` 10, restart 0.1).
 
     Breakdown reported per update (seconds): ``derivatives`` (residual + Jacobian),
     ``factorization`` (Hessian assembly, Cholesky, dogleg), ``rest`` (trial evaluation,
@@ -290,7 +295,7 @@ class IDTOPlanner:
                  options: SolverOptions | None = None, initial_iterations: int = 30,
                  iterations_per_update: int = 1, nominal: NominalFn | None = None,
                  initial_guess: Callable | None = None, kp=0.0, kd=0.0,
-                 divergence_factor: float = math.inf):
+                 divergence_factor: float = math.inf, restart_radius: float | None = None):
         if not isinstance(problem, IDTOProblem):
             raise ParameterError(f"IDTOPlanner: problem must be an IDTOProblem, got {type(problem).__name__}")
         for name, v in (("initial_iterations", initial_iterations), ("iterations_per_update", iterations_per_update)):
@@ -310,6 +315,8 @@ class IDTOPlanner:
         self.initial_guess = initial_guess
         self.kp, self.kd = kp, kd
         self.divergence_factor = float(divergence_factor)
+        self.restart_radius = (options.initial_radius if restart_radius is None
+                               else check_positive("restart_radius", restart_radius))
         self.h, self.T = problem.h, problem.T
         self.control_gain = actuation_map(self.model).control_gain
         self._gains = IDTOPolicy.gains(self.model, kp, kd)
@@ -353,8 +360,8 @@ class IDTOPlanner:
         ok, why = True, res.status.value
         if res.status is SolverStatus.TRUST_REGION_COLLAPSED:
             # no decrease found: the plan is still the best known (finite, checked below), but a
-            # collapsed radius would freeze every later warm start, so it restarts at Δ_0.
-            self.solver.trust_radius = self.solver.options.initial_radius
+            # collapsed radius would freeze every later warm start, so it restarts.
+            self.solver.trust_radius = self.restart_radius
         if res.status is SolverStatus.FACTORIZATION_FAILED:
             ok, why = False, f"IDTO {res.status.value}"
         elif not (np.isfinite(res.q).all() and np.isfinite(res.v).all() and np.isfinite(res.tau).all()
@@ -365,7 +372,7 @@ class IDTOPlanner:
             ok, why = False, f"IDTO diverged: cost {res.cost:.4g} > {self.divergence_factor:g} × {self.result.cost:.4g}"
         if not ok:
             # next update restarts from the last good plan with a fresh trust radius
-            self.solver.trust_radius = self.solver.options.initial_radius
+            self.solver.trust_radius = self.restart_radius
             wall = time.perf_counter() - start
             return PlannerUpdate(None, float(res.cost), res.iterations, wall, self._breakdown(res, wall), why)
         if self._key() != self._gains_key:  # kp / kd changed since the last plan
