@@ -125,34 +125,46 @@ def _bind_native() -> bool:
 NATIVE = _bind_native()
 
 
-def _raw_array(dtype):
-    """An intrinsic ``f(addr, n)``: the ``(n,)`` C-contiguous ``dtype`` array at the integer
-    address ``addr``, without an owner (usable in code compiled without reference counting,
-    where ``numba.carray`` is not)."""
+def _raw_array(dtype, ndim=1):
+    """An intrinsic ``f(addr, n)`` (``ndim`` 1) or ``f(addr, n, m)`` (``ndim`` 2): the ``(n,)`` or
+    ``(n, m)`` C-contiguous ``dtype`` array at the integer address ``addr``, without an owner
+    (usable in code compiled without reference counting, where ``numba.carray`` is not)."""
     from numba.core import cgutils
 
-    arrty = _nb_types.Array(dtype, 1, "C")
+    arrty = _nb_types.Array(dtype, ndim, "C")
 
-    @_intrinsic
-    def raw(typingctx, addr, n):
-        def codegen(context, builder, signature, args):
-            el = context.get_data_type(dtype)
-            out = context.make_array(arrty)(context, builder)
-            size = context.get_constant(_nb_types.intp, context.get_abi_sizeof(el))
-            n_ = context.cast(builder, args[1], signature.args[1], _nb_types.intp)
-            context.populate_array(out, data=builder.inttoptr(args[0], el.as_pointer()),
-                                   shape=cgutils.pack_array(builder, [n_]),
-                                   strides=cgutils.pack_array(builder, [size]),
-                                   itemsize=size, meminfo=None)
-            return out._getvalue()
-        return arrty(_nb_types.uintp, n), codegen
+    def codegen(context, builder, signature, args):
+        el = context.get_data_type(dtype)
+        out = context.make_array(arrty)(context, builder)
+        size = context.get_constant(_nb_types.intp, context.get_abi_sizeof(el))
+        dims = [context.cast(builder, v, t, _nb_types.intp)
+                for v, t in zip(args[1:], signature.args[1:])]
+        strides = [size] if ndim == 1 else [builder.mul(dims[1], size), size]
+        context.populate_array(out, data=builder.inttoptr(args[0], el.as_pointer()),
+                               shape=cgutils.pack_array(builder, dims),
+                               strides=cgutils.pack_array(builder, strides),
+                               itemsize=size, meminfo=None)
+        return out._getvalue()
+
+    if ndim == 1:
+        @_intrinsic
+        def raw(typingctx, addr, n):
+            return arrty(_nb_types.uintp, n), codegen
+    else:
+        @_intrinsic
+        def raw(typingctx, addr, n, m):
+            return arrty(_nb_types.uintp, n, m), codegen
     return raw
 
 
-#: ``(n,)`` float64 / int32 / uint64 arrays at a raw address, in compiled code (see :func:`_raw_array`)
+#: ``(n,)`` float64 / int32 / int64 / uint64 arrays and ``(n, m)`` float64 / int64 arrays at a raw
+#: address, in compiled code (see :func:`_raw_array`)
 raw_f64 = _raw_array(_nb_types.float64)
 raw_i32 = _raw_array(_nb_types.int32)
+raw_i64 = _raw_array(_nb_types.int64)
 raw_u64 = _raw_array(_nb_types.uint64)
+raw_f64_2d = _raw_array(_nb_types.float64, 2)
+raw_i64_2d = _raw_array(_nb_types.int64, 2)
 
 
 def ncon_field_offset(d: mujoco.MjData) -> int:

@@ -42,7 +42,8 @@ import numpy as np
 from numba import njit
 from numba.extending import intrinsic
 
-from ..dynamics.mujoco_fd import _mj_fwdposition, _mj_fwdvelocity, raw_f64, raw_i32, raw_u64
+from ..dynamics.mujoco_fd import (_mj_fwdposition, _mj_fwdvelocity, raw_f64, raw_f64_2d, raw_i32,
+                                  raw_i64, raw_i64_2d, raw_u64)
 
 FM = {"reassoc", "contract", "arcp", "nsz"}
 
@@ -86,8 +87,8 @@ IPAR_MAX_ITER = 0
 IPAR_MAX_DUAL = 1
 IPAR_EXACT_LS = 2  # 1: piecewise-quadratic sweep (pyramidal only), 0: 1-D Newton/bisection
 IPAR_NEWTON_DUAL = 3  # 1: second-order multiplier update, 0: first-order λ += ρ h
-IPAR_SCALES = 4  # 1: (re)compute penalty/violation scales, 0: use the given ones
-IPAR_PATTERN = 5  # 1: (re)compute the sparsity of Ceq/Cbox, 0: the workspace holds it
+IPAR_SCALES = 4  # 1: (re)compute the penalty/violation scales now (cleared by the solve)
+IPAR_PATTERN = 5  # 1: (re)compute the sparsity of Ceq/Cbox (cleared by the solve), 0: the workspace holds it
 IPAR_NZ = 6  # sizes of the packed actuation: unactuated directions, box rows, controls
 IPAR_NB = 7
 IPAR_NC = 8
@@ -96,9 +97,11 @@ IPAR_KD = 10
 IPAR_M1 = 11
 IPAR_M2 = 12
 IPAR_SAFEGUARD = 13  # 1: guard against non-finite / huge initial guesses and steps (restart cold)
-IPAR_NEFC = 14  # out (gdd_native): the state's number of constraint rows
-IPAR_OUT_NEED = 15  # out (gdd_native): the length of the float output it needs
-IPAR_NIPAR = 16
+IPAR_NEFC = 14  # out (gdd_step): the state's number of constraint rows
+IPAR_OUT_NEED = 15  # out (gdd_step): the length of the float output it needs
+IPAR_SINCE_SCALES = 16  # in/out: solves since the scales were computed
+IPAR_SCALE_INTERVAL = 17  # recompute the scales when IPAR_SINCE_SCALES reaches this
+IPAR_NIPAR = 18
 
 # statistics
 ST_STATUS = 0
@@ -1842,7 +1845,9 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
         generalized-force direction of each box row; Bpinv (nc, nv); then lo, hi (nb,)
         (±inf: no bound) and the control map gain, bias, ctrl_lo, ctrl_hi (nc,).
       scales (4, max(nz, nb)): rows ρ_e, ρ_b, sc_e, sc_b; computed here when
-        ``iparams[IPAR_SCALES]`` is 1, else used as given.
+        ``iparams[IPAR_SCALES]`` is 1 or ``iparams[IPAR_SINCE_SCALES]`` reached
+        ``iparams[IPAR_SCALE_INTERVAL]`` (both reset then; else the count goes up by one),
+        otherwise used as given.
       costbuf: the cost, packed (``CostArrays.buffer``; sizes ``iparams[IPAR_KM, IPAR_KD,
         IPAR_M1, IPAR_M2]``): mass_w (km,), mass_t (km, nv); diag_w (kd,), diag_m, diag_t
         (kd, nv); Ka1 (m1, nv), e1, wa (m1,); Ka2 (m2, nv), e2, wf (m2,).
@@ -2019,6 +2024,7 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
     if iparams[IPAR_PATTERN] == 1:
         _sparse_rows(Ceq, ce_idx, ce_nnz)
         _sparse_rows(Cbox, cb_idx, cb_nnz)
+        iparams[IPAR_PATTERN] = 0
     # nonzero columns of each row of J (shared by the rows of an elliptic contact)
     i = 0
     while i < nefc:
@@ -2055,8 +2061,12 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
     ls = (l_rowstate, l_g1, l_y1, l_yk, l_hk, l_h1, l_wk, l_w1, l_rk, l_r1, l_dfd, l_tmpnv,
           l_evalpha, l_evrow, l_evtype, l_bhi, l_blo, l_order)
     have_factor = False
-    if iparams[IPAR_SCALES] == 1:
+    if iparams[IPAR_SCALES] == 1 or iparams[IPAR_SINCE_SCALES] >= iparams[IPAR_SCALE_INTERVAL]:
         _scales(pb, Bdir, rho, w_tmpnv, scales[0], scales[1], scales[2], scales[3])
+        iparams[IPAR_SCALES] = 0
+        iparams[IPAR_SINCE_SCALES] = 0
+    else:
+        iparams[IPAR_SINCE_SCALES] += 1
 
     # ---- safeguard (IPAR_SAFEGUARD): a scale of reasonable accelerations, ``ascale`` = the
     # largest of 1 + ‖M⁻¹(−c)‖ + ‖M⁻¹q‖ (the free acceleration and the cost's pull), 1 + |aref_i|
@@ -2394,9 +2404,9 @@ TC_BODY = 2
 TC_SITE = 3  # site id, or -1 (body frame origin)
 TC_LIST = 4  # offset in si of the subtree body list (centre of mass)
 TC_COUNT = 5  # its length
-TC_PW = 6  # tparams index of the term's weight array [w_eff, ...]
-TC_PT = 7  # tparams index of the target array
-TC_PX = 8  # tparams index of a third array (masses of the subtree list / kd gains)
+TC_PW = 6  # parameter-table index of the term's weight array [w_eff, ...]
+TC_PT = 7  # parameter-table index of the target array
+TC_PX = 8  # parameter-table index of a third array (masses of the subtree list / kd gains)
 TERM_NCOL = 9
 
 # term codes
@@ -2606,8 +2616,15 @@ def _spring_rows(tp, vel0, vel1, vel2, p0, p1, p2, e, r0):
     e[r0 + 2] -= l2 + tp[11]
 
 
+@njit(cache=True, inline="always", error_model="numpy")
+def _param(ptab, k):
+    """Term parameter array ``k``: ``ptab (n, 2)`` holds the address and length of each (the
+    terms' own float64 arrays, kept alive by the caller)."""
+    return raw_f64(ptab[k, 0], ptab[k, 1])
+
+
 @njit(cache=True, fastmath=FM, error_model="numpy")
-def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
+def fill_problem(si, span, doff, ptab, M, c, costbuf, dims, dq):
     """Dense inertia ``M``, force ``c`` and the packed cost (``CostArrays.buffer`` layout, sizes
     ``dims = (km, kd, m1, m2)``) of the built-in terms, from MuJoCo's arrays in ``span``.
 
@@ -2656,7 +2673,7 @@ def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
         row = to + TERM_NCOL * t
         code = si[row + TC_CODE]
         slot = si[row + TC_SLOT]
-        pw = tparams[si[row + TC_PW]]
+        pw = _param(ptab, si[row + TC_PW])
         w = pw[0]
         if code == TERM_FRAME or code == TERM_COM:
             for r in range(3):
@@ -2682,7 +2699,7 @@ def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
             else:
                 lo_ = si[row + TC_LIST]
                 cnt = si[row + TC_COUNT]
-                mass = tparams[si[row + TC_PX]]
+                mass = _param(ptab, si[row + TC_PX])
                 for q_ in range(cnt):
                     bb = si[lo_ + q_]
                     ox_ = doff[DO_XIPOS] + 3 * bb
@@ -2703,14 +2720,14 @@ def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
                 vel0 += Ka1[slot, k] * vk
                 vel1 += Ka1[slot + 1, k] * vk
                 vel2 += Ka1[slot + 2, k] * vk
-            _spring_rows(tparams[si[row + TC_PT]], vel0, vel1, vel2, p0, p1, p2, e1, slot)
+            _spring_rows(_param(ptab, si[row + TC_PT]), vel0, vel1, vel2, p0, p1, p2, e1, slot)
         elif code == TERM_DAMPING:
             mass_w[slot] = w
             beta = pw[1]
             for k in range(nv):
                 mass_t[slot, k] = -beta * span[qv + k]
         elif code == TERM_MASS_FIXED or code == TERM_DIAG_FIXED:
-            tgt = tparams[si[row + TC_PT]]
+            tgt = _param(ptab, si[row + TC_PT])
             if code == TERM_MASS_FIXED:
                 mass_w[slot] = w
                 for k in range(nv):
@@ -2720,8 +2737,8 @@ def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
                 for k in range(nv):
                     diag_t[slot, k] = tgt[k]
                     diag_m[slot, k] = tgt[nv + k]
-        else:  # PD targets: tparams[PT] = [kp (nv), kd (nv), qref (nq)], PX = mask (diag)
-            tp = tparams[si[row + TC_PT]]
+        else:  # PD targets: parameter PT = [kp (nv), kd (nv), qref (nq)], PX = mask (diag)
+            tp = _param(ptab, si[row + TC_PT])
             if w != 0.0:
                 differentiate_pos(si, span, doff[DO_QPOS], tp[2 * nv:], dq)
             else:
@@ -2733,21 +2750,22 @@ def fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq):
                     mass_t[slot, k] = tp[k] * dq[k] - tp[nv + k] * span[qv + k]
             else:
                 diag_w[slot] = w
-                mask = tparams[si[row + TC_PX]]
+                mask = _param(ptab, si[row + TC_PX])
                 for k in range(nv):
                     diag_t[slot, k] = tp[k] * dq[k] - tp[nv + k] * span[qv + k]
                     diag_m[slot, k] = mask[k]
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
-def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
+def gdd_fast(si, span, doff, ptab, J1, aref, D, R, floss, efc_type, M, c, dq,
              actbuf, scales, costbuf, Kf2,
              a, lam, mu_lo, mu_hi, params, iparams, outf, out_state, wsf, wsi):
     """:func:`fill_problem` then :func:`gdd_solve` (pyramidal cones, dense ``efc_J`` ``J1``
     of ``nefc·nv``); the arguments after ``costbuf`` are those of :func:`gdd_solve`, except
     that its float outputs are packed in ``outf``: ``out_g (nv) | out_f (nefc) | out_w (nc) |
-    out_ctrl (nc) | stats (ST_NSTAT) | log (max_iter · LOG_NCOL)`` (``nc = iparams[IPAR_NC]``,
-    ``max_iter = iparams[IPAR_MAX_ITER]``; the layout of ``solver.GDDResult``).
+    out_ctrl (nc) | stats (ST_NSTAT) | a (nv) | out_state (nefc, as floats) | log (max_iter ·
+    LOG_NCOL)`` (``nc = iparams[IPAR_NC]``, ``max_iter = iparams[IPAR_MAX_ITER]``; the layout
+    of ``solver.GDDResult``, :func:`step_output_length` long).
     ``M (nv, nv)``, ``c, dq (nv,)`` are filled here (kept for diagnostics).
 
     Compiled without numba's reference counting (``_nrt=False``: nothing below allocates; the
@@ -2755,7 +2773,7 @@ def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
     (:func:`_unmanaged`); see :func:`gdd_general` for why every caller of :func:`gdd_solve` must
     be compiled so."""
     U = _unmanaged
-    si, span, doff, J1, aref, D, R = U(si), U(span), U(doff), U(J1), U(aref), U(D), U(R)
+    si, span, doff, ptab, J1, aref, D, R = U(si), U(span), U(doff), U(ptab), U(J1), U(aref), U(D), U(R)
     floss, efc_type, M, c, dq = U(floss), U(efc_type), U(M), U(c), U(dq)
     actbuf, scales, costbuf, Kf2 = U(actbuf), U(scales), U(costbuf), U(Kf2)
     a, lam, mu_lo, mu_hi, params, iparams = U(a), U(lam), U(mu_lo), U(mu_hi), U(params), U(iparams)
@@ -2768,9 +2786,11 @@ def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
     out_w, o = _take(outf, o, nc)
     out_ctrl, o = _take(outf, o, nc)
     stats, o = _take(outf, o, ST_NSTAT)
+    out_a, o = _take(outf, o, nv)
+    out_sf, o = _take(outf, o, nefc)
     log, o = _take2(outf, o, iparams[IPAR_MAX_ITER], LOG_NCOL)
     dims = iparams[IPAR_KM:IPAR_KM + 4]  # (km, kd, m1, m2): consecutive
-    fill_problem(si, span, doff, tparams, M, c, costbuf, dims, dq)
+    fill_problem(si, span, doff, ptab, M, c, costbuf, dims, dq)
     J = J1[:nefc * nv].reshape((nefc, nv))
     rn = si[SI_MROWNNZ]
     ra = si[SI_MROWADR]
@@ -2782,6 +2802,11 @@ def gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq,
               span[oqi:oqi + nv], c, J, aref, D, R, floss, efc_type, efc_type, _EMPTY_I32, _EMPTY_F1, _EMPTY_F5,
               _EMPTY_I32, actbuf, scales, costbuf, Kf2, a, lam, mu_lo, mu_hi, params, iparams,
               out_g, out_f, out_state, out_w, out_ctrl, stats, log, wsf, wsi)
+    for k in range(nv):
+        out_a[k] = a[k]
+    if stats[ST_STATUS] != STATUS_WORKSPACE:
+        for i in range(nefc):
+            out_sf[i] = out_state[i]
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)
@@ -2806,7 +2831,7 @@ def gdd_general(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
               U(wsi))
 
 
-# byte offsets in the ``mjData`` struct that gdd_native reads (``solver._efc_layout``): the
+# byte offsets in the ``mjData`` struct that gdd_step reads (``solver._efc_layout``): the
 # ``nefc`` int and the pointer fields of the constraint rows
 DL_NEFC = 0
 DL_J = 1
@@ -2824,36 +2849,120 @@ def _field(d, off):
     return raw_u64(d + off, 1)[0]
 
 
-@njit(cache=True, error_model="numpy", _nrt=False)
-def gdd_native(m, d, stages, dl, si, span, doff, tparams, M, c, dq, actbuf, scales, costbuf, Kf2,
-               a, lam, mu_lo, mu_hi, params, iparams, outf, out_state, wsf, wsi):
-    """:func:`gdd_fast` on the ``mjModel``/``mjData`` pointers ``m``, ``d``: with ``stages`` it
-    first runs ``mj_fwdPosition`` + ``mj_fwdVelocity`` (the C functions of the bindings'
-    ``libmujoco``), then reads the constraint rows through the ``mjData`` fields at the byte
-    offsets ``dl`` (``DL_*``) — no Python-level MuJoCo call or array view per step.
+# the step context of gdd_step (int64): the mjModel and mjData addresses, whether to run the
+# stages, the mjData offsets (DL_*), then one (address, rows, columns) triple per array (AS_*)
+CX_MODEL = 0
+CX_DATA = 1
+CX_STAGES = 2
+CX_DL = 3
+CX_ARRAYS = CX_DL + DL_N
+AS_SI = 0  # int64 (static structure)
+AS_SPAN = 1  # float64 view of mjData's buffer
+AS_DOFF = 2  # int64 offsets in it
+AS_PTAB = 3  # int64 (n, 2) term parameter table
+AS_M = 4  # float64 (nv, nv)
+AS_C = 5
+AS_DQ = 6
+AS_ACT = 7
+AS_SCALES = 8  # float64 (4, w)
+AS_COST = 9
+AS_KF2 = 10  # float64 (m2, ·)
+AS_A = 11  # the acceleration: warm start in, solution out
+AS_LAM = 12
+AS_MULO = 13
+AS_MUHI = 14
+AS_PARAMS = 15
+AS_IPARAMS = 16  # int64
+AS_OUTF = 17
+AS_OUTS = 18  # int64
+AS_WSF = 19
+AS_WSI = 20  # int64
+AS_N = 21
+CX_N = CX_ARRAYS + 3 * AS_N
 
-    ``outf``, ``out_state``: outputs with room to spare (layout of :func:`gdd_fast` for this
-    state's ``nefc``).  Writes ``iparams[IPAR_NEFC]`` and ``iparams[IPAR_OUT_NEED]`` (the length
-    of ``outf`` needed); if either output is too short it returns without solving (the stages
-    are computed: call again with ``stages = 0`` and longer outputs)."""
-    if stages != 0:
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _cx_f(ctx, slot):
+    o = CX_ARRAYS + 3 * slot
+    return raw_f64(ctx[o], ctx[o + 1])
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _cx_f2(ctx, slot):
+    o = CX_ARRAYS + 3 * slot
+    return raw_f64_2d(ctx[o], ctx[o + 1], ctx[o + 2])
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _cx_i(ctx, slot):
+    o = CX_ARRAYS + 3 * slot
+    return raw_i64(ctx[o], ctx[o + 1])
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _cx_i2(ctx, slot):
+    o = CX_ARRAYS + 3 * slot
+    return raw_i64_2d(ctx[o], ctx[o + 1], ctx[o + 2])
+
+
+def step_output_length(nv, nefc, nc, max_iter):
+    """Length of the float output of :func:`gdd_fast` and :func:`gdd_step` for a state with
+    ``nefc`` rows (``nc`` controls, at most ``max_iter`` iterations logged)."""
+    return 2 * (nv + nefc + nc) + ST_NSTAT + max_iter * LOG_NCOL
+
+
+@njit(cache=True, error_model="numpy", _nrt=False)
+def gdd_step(ctx):
+    """:func:`gdd_fast` on the arrays and ``mjModel``/``mjData`` pointers of the step context
+    ``ctx`` (``CX_*``, ``AS_*``): one integer array instead of ~25 arguments, which the
+    caller builds once per solver, cost and ``mjData`` (every array it points to is kept alive
+    and not reallocated while it is used).
+
+    With ``ctx[CX_STAGES]`` it first runs ``mj_fwdPosition`` + ``mj_fwdVelocity`` (the C
+    functions of the bindings' ``libmujoco``), then reads the constraint rows through the
+    ``mjData`` fields at the byte offsets ``ctx[CX_DL:]`` (``DL_*``) — no Python-level MuJoCo
+    call or array view per step.
+
+    The float output (slot ``AS_OUTF``) gets the layout of :func:`gdd_fast`, ``need`` =
+    :func:`step_output_length` long.  Returns ``16 · need + status`` (``STATUS_*``), or
+    ``−need`` when the outputs are too short or the workspace too small (status
+    ``STATUS_WORKSPACE``): the stages are computed, ``a`` and the multipliers are untouched;
+    grow what is short and call again without stages.  Writes ``iparams[IPAR_NEFC]`` and
+    ``iparams[IPAR_OUT_NEED]``."""
+    m = ctx[CX_MODEL]
+    d = ctx[CX_DATA]
+    if ctx[CX_STAGES] != 0:
         _mj_fwdposition(m, d)
         _mj_fwdvelocity(m, d)
-    nefc = np.int64(raw_i32(d + dl[DL_NEFC], 1)[0])
+    nefc = np.int64(raw_i32(d + ctx[CX_DL + DL_NEFC], 1)[0])
+    M = _cx_f2(ctx, AS_M)
     nv = M.shape[0]
-    need = nv + nefc + 2 * iparams[IPAR_NC] + ST_NSTAT + iparams[IPAR_MAX_ITER] * LOG_NCOL
+    iparams = _cx_i(ctx, AS_IPARAMS)
+    outf = _cx_f(ctx, AS_OUTF)
+    out_state = _cx_i(ctx, AS_OUTS)
+    nc = iparams[IPAR_NC]
+    need = 2 * (nv + nefc + nc) + ST_NSTAT + iparams[IPAR_MAX_ITER] * LOG_NCOL
     iparams[IPAR_NEFC] = nefc
     iparams[IPAR_OUT_NEED] = need
     if outf.shape[0] < need or out_state.shape[0] < nefc:
-        return
-    J1 = raw_f64(_field(d, dl[DL_J]), nefc * nv)
-    aref = raw_f64(_field(d, dl[DL_AREF]), nefc)
-    D = raw_f64(_field(d, dl[DL_D]), nefc)
-    R = raw_f64(_field(d, dl[DL_R]), nefc)
-    floss = raw_f64(_field(d, dl[DL_FLOSS]), nefc)
-    efc_type = raw_i32(_field(d, dl[DL_TYPE]), nefc)
-    gdd_fast(si, span, doff, tparams, J1, aref, D, R, floss, efc_type, M, c, dq, actbuf, scales,
-             costbuf, Kf2, a, lam, mu_lo, mu_hi, params, iparams, outf, out_state, wsf, wsi)
+        return -need
+    J1 = raw_f64(_field(d, ctx[CX_DL + DL_J]), nefc * nv)
+    aref = raw_f64(_field(d, ctx[CX_DL + DL_AREF]), nefc)
+    D = raw_f64(_field(d, ctx[CX_DL + DL_D]), nefc)
+    R = raw_f64(_field(d, ctx[CX_DL + DL_R]), nefc)
+    floss = raw_f64(_field(d, ctx[CX_DL + DL_FLOSS]), nefc)
+    efc_type = raw_i32(_field(d, ctx[CX_DL + DL_TYPE]), nefc)
+    a = _cx_f(ctx, AS_A)
+    ptab = _cx_i2(ctx, AS_PTAB)
+    gdd_fast(_cx_i(ctx, AS_SI), _cx_f(ctx, AS_SPAN), _cx_i(ctx, AS_DOFF), ptab, J1, aref, D, R,
+             floss, efc_type, M, _cx_f(ctx, AS_C), _cx_f(ctx, AS_DQ), _cx_f(ctx, AS_ACT),
+             _cx_f2(ctx, AS_SCALES), _cx_f(ctx, AS_COST), _cx_f2(ctx, AS_KF2), a,
+             _cx_f(ctx, AS_LAM), _cx_f(ctx, AS_MULO), _cx_f(ctx, AS_MUHI), _cx_f(ctx, AS_PARAMS),
+             iparams, outf, out_state, _cx_f(ctx, AS_WSF), _cx_i(ctx, AS_WSI))
+    status = np.int64(outf[nv + nefc + 2 * nc + ST_STATUS])
+    if status == STATUS_WORKSPACE:
+        return -need
+    return 16 * need + status
 
 
 _EMPTY_I32 = np.zeros(0, dtype=np.int32)

@@ -232,12 +232,13 @@ class GDDResult:
 
     The scalar statistics are read from the kernel's statistics vector on access.  The
     kernel's outputs live in one float buffer (``qfrc | efc_force | actuator_force | ctrl |
-    statistics | log``, the layout :func:`_kernels.gdd_fast` writes) and the array attributes
-    are views of it made on access: building a result costs one allocation, not seven.
+    statistics | qacc | efc_state | log``, the layout :func:`_kernels.gdd_fast` writes) and the
+    array attributes are views of it made on access: building a result costs one allocation,
+    not eight.
     """
 
-    __slots__ = ("qacc", "Zt", "nefc", "ncon", "physics_violation", "qacc_forward", "solve_time",
-                 "_buf", "_st", "_state", "_ctrl", "_nv", "_nc")
+    __slots__ = ("Zt", "nefc", "ncon", "physics_violation", "qacc_forward", "solve_time",
+                 "_buf", "_ctrl", "_nv", "_nc", "_qacc")
 
     def __init__(self, qacc, ctrl, actuator_force, qfrc, Zt, efc_force, efc_state, stats,
                  nefc, ncon, solve_time=0.0, log_array=None):
@@ -245,33 +246,44 @@ class GDDResult:
         nc = len(actuator_force)
         buf = np.concatenate((np.asarray(qfrc, dtype=float), np.asarray(efc_force, dtype=float),
                               np.asarray(actuator_force, dtype=float), np.zeros(nc),
-                              np.asarray(stats, dtype=float), log.ravel()))
-        self._setup(qacc, Zt, buf, np.asarray(efc_state), len(qfrc), nefc, nc, ncon, solve_time,
-                    np.asarray(ctrl))
+                              np.asarray(stats, dtype=float), np.asarray(qacc, dtype=float),
+                              np.asarray(efc_state, dtype=float), log.ravel()))
+        self._setup(Zt, buf, len(qfrc), nefc, nc, ncon, solve_time, np.asarray(ctrl))
 
-    def _setup(self, qacc, Zt, buf, state, nv, nefc, nc, ncon, solve_time, ctrl):
-        self.qacc = qacc
+    def _setup(self, Zt, buf, nv, nefc, nc, ncon, solve_time, ctrl):
         self.Zt = Zt
         self._buf = buf
-        self._state = state
         self._nv = nv
         self.nefc = nefc
         self._nc = nc
-        o = nv + nefc + 2 * nc
-        self._st = buf[o:o + K.ST_NSTAT]
         self.ncon = ncon
         self.physics_violation = None
         self.qacc_forward = None
         self.solve_time = solve_time
         self._ctrl = ctrl
+        self._qacc = None
 
     @classmethod
-    def _packed(cls, qacc, Zt, buf, state, nv, nefc, nc, ncon, solve_time, ctrl=None):
-        """A result on the kernel's output buffer ``buf`` (layout above) and ``state (nefc,)``;
-        ``ctrl`` None: the controls are the buffer's (every actuator controllable)."""
+    def _packed(cls, Zt, buf, nv, nefc, nc, ncon, solve_time, ctrl=None):
+        """A result on the kernel's output buffer ``buf`` (layout above); ``ctrl`` None: the
+        controls are the buffer's (every actuator controllable)."""
         r = cls.__new__(cls)
-        r._setup(qacc, Zt, buf, state, nv, nefc, nc, ncon, solve_time, ctrl)
+        r._setup(Zt, buf, nv, nefc, nc, ncon, solve_time, ctrl)
         return r
+
+    @property
+    def qacc(self) -> np.ndarray:
+        """``(nv,)`` goal-directed acceleration a_gdd (m/s², rad/s²)."""
+        q = self._qacc
+        if q is None:
+            o = 2 * self._nc + self._nv + self.nefc + K.ST_NSTAT
+            q = self._qacc = self._buf[o:o + self._nv]
+        return q
+
+    @property
+    def _st(self) -> np.ndarray:
+        o = self._nv + self.nefc + 2 * self._nc
+        return self._buf[o:o + K.ST_NSTAT]
 
     qfrc = property(lambda self: self._buf[:self._nv], doc="``(nv,)`` g(a_gdd) (N, N·m).")
     efc_force = property(lambda self: self._buf[self._nv:self._nv + self.nefc],
@@ -279,7 +291,11 @@ class GDDResult:
     actuator_force = property(
         lambda self: self._buf[self._nv + self.nefc:self._nv + self.nefc + self._nc],
         doc="``(nc,)`` forces of the controllable actuators before clamping.")
-    efc_state = property(lambda self: self._state, doc="``(nefc,)`` constraint states.")
+    @property
+    def efc_state(self) -> np.ndarray:
+        """``(nefc,)`` constraint states (``mjtConstraintState`` numbers, int64)."""
+        o = 2 * (self._nv + self._nc) + self.nefc + K.ST_NSTAT
+        return self._buf[o:o + self.nefc].astype(np.int64)
 
     @property
     def ctrl(self) -> np.ndarray:
@@ -292,7 +308,7 @@ class GDDResult:
     @property
     def log_array(self) -> np.ndarray:
         """``(iterations, LOG_NCOL)`` per-iteration records (see :attr:`log`)."""
-        o = self._nv + self.nefc + 2 * self._nc + K.ST_NSTAT
+        o = 2 * (self._nv + self._nc + self.nefc) + K.ST_NSTAT
         rows = min(int(self._st[K.ST_ITER]), (self._buf.shape[0] - o) // K.LOG_NCOL)
         return self._buf[o:o + rows * K.LOG_NCOL].reshape(rows, K.LOG_NCOL)
 
@@ -390,7 +406,6 @@ class GDDSolver:
         self._log = np.zeros((settings.max_iterations, K.LOG_NCOL))
         self._stats = np.zeros(K.ST_NSTAT)
         self._scales = np.zeros((4, 0))
-        self._since_scales = 0
         self._views = None
         self._entry = None
         self._wsf = np.zeros(0)  # kernel workspace (grown on demand, see _kernels._ws_sizes)
@@ -405,8 +420,15 @@ class GDDSolver:
         self._Mbuf = np.zeros((nv, nv))
         self._cbuf = np.zeros(nv)
         self._dqbuf = np.zeros(nv)
-        self._outf = np.empty(0)  # gdd_native's outputs (grown on demand, copied into each result)
+        self._abuf = np.zeros(nv)  # the warm start (valid when _have_warm) and gdd_step's solution
+        self._have_warm = False
+        self._outf = np.empty(0)  # gdd_step's outputs (grown on demand, copied into each result)
         self._outstate = np.empty(0, dtype=np.int64)
+        # gdd_step's output length without the rows: 2 (nv + nc) + ST_NSTAT + max_iter · LOG_NCOL
+        self._out_fixed = K.step_output_length(nv, 0, self.actuation.controllable.size,
+                                               settings.max_iterations)
+        self._ctx = None  # gdd_step's context for the current plan and data (_step_context)
+        self._hot = False  # the next solve with that plan and data may call gdd_step directly
         #: use the native entry of the compiled step (class default: :data:`NATIVE_STEP`)
         self._use_native = NATIVE_STEP
         self._fast_ok = bool(
@@ -423,16 +445,38 @@ class GDDSolver:
         self._iparams[K.IPAR_EXACT_LS] = 0 if s.line_search == LineSearch.NEWTON_1D else 1
         self._iparams[K.IPAR_NEWTON_DUAL] = 1 if s.dual_update == DualUpdate.NEWTON else 0
         self._iparams[K.IPAR_SAFEGUARD] = 1 if s.safeguard else 0
+        self._iparams[K.IPAR_SCALE_INTERVAL] = self.SCALE_INTERVAL
         self._warm = bool(s.warm_start)
         self.reset()
 
     def reset(self) -> None:
         """Forget the warm start (previous acceleration and multipliers)."""
-        self._qacc = None
+        self._have_warm = False
         self._lam = None
         self._mu_lo = np.zeros(0)
         self._mu_hi = np.zeros(0)
-        self._since_scales = self.SCALE_INTERVAL
+        self._iparams[K.IPAR_SCALES] = 1
+        self._invalidate()
+
+    def _invalidate(self) -> None:
+        """Drop the compiled step's context: a buffer it points to was (or may be) replaced.
+        Every reassignment of an array that :meth:`_step_context` records calls this."""
+        self._ctx = None
+        self._hot = False
+
+    @property
+    def _qacc(self):
+        """The warm start ``(nv,)`` (a copy), or None."""
+        return self._abuf.copy() if self._have_warm else None
+
+    @_qacc.setter
+    def _qacc(self, value):
+        if value is None:
+            self._have_warm = False
+            self._hot = False
+        else:
+            self._abuf[:] = value
+            self._have_warm = True
 
     # ------------------------------------------------------------------ solve
 
@@ -479,17 +523,31 @@ class GDDSolver:
           NonFiniteError: the state or a cost term is not finite (the term is named).
           ParameterError: a bad cost argument.
         """
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
+        if self._hot and problem is None and initial_qacc is None:
+            # the previous solve ran gdd_step with this plan and data: call it straight away
+            cx = self._ctx  # (plan, data, entry, ctx with stages, ctx without, result maker, ...)
+            plan = cx[0]
+            if cx[1] is data and plan.cost is cost and plan.version == _STRUCTURE[0] and (
+                    plan.terms is None or plan.terms == cost.terms):
+                code = cx[2](cx[3] if compute_stages else cx[4])
+                if code > 0 and code & 15 != K.STATUS_NUMERICAL_ERROR:
+                    return cx[5](self._outf[:code >> 4].copy(), code, data.ncon, _perf_counter() - t0)
+                if code > 0:
+                    return self._native_result(data, cost, plan, code, t0)
+                return self._native_retry(data, cost, plan, code, t0)
         if problem is None and self._fast_ok:
             plan = self._plan
             if plan is None or plan.cost is not cost or plan.version != _STRUCTURE[0] or (
                     plan.terms is not None and plan.terms != cost.terms):
                 plan = self._plan = _FastPlan(self, cost)
+                self._invalidate()
             if plan.ok:
                 sp = self._span
                 if sp is None or sp[0] is not data:
                     _check_data(self.model, data)
                     sp = self._span = _data_span(self.model, data)
+                    self._invalidate()
                 if sp[1] is not None:
                     return self._solve_fast(data, cost, plan, sp, initial_qacc, t0, compute_stages)
         if not isinstance(cost, Cost):
@@ -538,29 +596,23 @@ class GDDSolver:
         """Multipliers, penalty scales and the kernel's int parameters for this solve."""
         nz = act.Zt.shape[0]
         nb = act.box.size
+        self._invalidate()
         lam = self._lam
         if not self.settings.warm_start or lam is None or lam.size != nz or self._mu_lo.size != nb:
             self._lam, self._mu_lo, self._mu_hi = np.zeros(nz), np.zeros(nb), np.zeros(nb)
         ip = self._iparams
         width = max(nz, nb)
-        if self._scales.shape[1] != width or self._since_scales >= self.SCALE_INTERVAL:
-            if self._scales.shape[1] != width:
-                self._scales = np.zeros((4, width))
-            ip[K.IPAR_SCALES] = 1
-            self._since_scales = 0
-        else:
-            ip[K.IPAR_SCALES] = 0
-            self._since_scales += 1
+        if self._scales.shape[1] != width:
+            self._scales = np.zeros((4, width))
+            ip[K.IPAR_SCALES] = 1  # (else the kernel recomputes them every SCALE_INTERVAL solves)
         if act is not self._pattern_of:
-            ip[K.IPAR_PATTERN] = 1
+            ip[K.IPAR_PATTERN] = 1  # (cleared by the kernel once computed)
             self._pattern_of = act
             ip[K.IPAR_NZ] = nz
             ip[K.IPAR_NB] = nb
             ip[K.IPAR_NC] = act.gain.size
             packed = act.packed
             self._actbuf = _pack_actuation(act) if packed is None else packed
-        else:
-            ip[K.IPAR_PATTERN] = 0
         if dims is not self._dims_of:
             self._dims_of = dims
             ip[K.IPAR_KM], ip[K.IPAR_KD], ip[K.IPAR_M1], ip[K.IPAR_M2] = dims
@@ -577,6 +629,7 @@ class GDDSolver:
 
     def _grow_workspace(self, stats):
         """New kernel workspaces 1.5× the lengths the kernel asked for in ``stats``."""
+        self._invalidate()
         self._wsf = np.zeros(int(1.5 * stats[K.ST_WS_FLOAT]) + 64)
         self._wsi = np.zeros(int(1.5 * stats[K.ST_WS_INT]) + 64, dtype=np.int64)
         self._iparams[K.IPAR_PATTERN] = 1
@@ -602,9 +655,11 @@ class GDDSolver:
     def _solve_fast(self, data, cost, plan, sp, initial_qacc, t0, stages):
         """The compiled step (see :meth:`solve`): problem, cost terms and solve in one call.
 
-        After the first solve of a plan the call is :func:`_kernels.gdd_native`: the stages
+        After the first solve of a plan the call is :func:`_kernels.gdd_step`: the stages
         (``stages``: ``mj_fwdPosition`` + ``mj_fwdVelocity``) run inside it and the constraint
-        rows are read through the ``mjData`` struct.  The first solve, or every solve where
+        rows are read through the ``mjData`` struct.  Later solves with the same cost and
+        ``data`` go straight from :meth:`solve` to that call (the "hot" path: the step context
+        and the warm start are already in place).  The first solve, or every solve where
         that entry is unavailable (:data:`NATIVE_STEP`), runs the stages here and passes the
         rows as the bindings' array views (:func:`_kernels.gdd_fast`); the results are the same.
         Kept lean on purpose: it runs once per simulation step, and its Python overhead is
@@ -616,35 +671,22 @@ class GDDSolver:
         act = plan.act
         if act is None:
             act = plan.act = self.actuation.arrays(self.model, data)
-        if initial_qacc is not None:
-            a = as_array("initial_qacc", initial_qacc, (self.model.nv,)).copy()
-        elif self._qacc is not None and self._warm:
-            a = self._qacc.copy()
-        else:
-            a = np.array(data.qacc, dtype=float)
-            if not np.isfinite(a).all():
-                a[:] = 0.0
+        a = self._initial_guess(data, initial_qacc)
         ip = self._iparams
-        if (act is self._pattern_of and plan.dims is self._dims_of and self._lam is not None
+        if not (act is self._pattern_of and plan.dims is self._dims_of and self._lam is not None
                 and self._warm and self._lam.size == act.Zt.shape[0]):
-            ip[K.IPAR_PATTERN] = 0
-            if self._since_scales >= self.SCALE_INTERVAL:
-                ip[K.IPAR_SCALES] = 1
-                self._since_scales = 0
-            else:
-                ip[K.IPAR_SCALES] = 0
-                self._since_scales += 1
-        else:
             self._prepare(act, plan.dims)
         if native is not None:
-            return self._solve_native(data, cost, plan, sp, a, t0, stages, native)
+            self._abuf[:] = a
+            return self._solve_native(data, cost, plan, sp, t0, stages)
         aref = data.efc_aref
         nefc = aref.shape[0]
-        # one output buffer per solve (GDDResult's layout): g | f | w | u | stats | log
-        o_st = self.model.nv + nefc + 2 * act.gain.size
-        buf = np.empty(o_st + K.ST_NSTAT + self._log.size)
+        # one output buffer per solve (GDDResult's layout): g | f | w | u | stats | a | state | log
+        nv = self.model.nv
+        o_st = nv + nefc + 2 * act.gain.size
+        buf = np.empty(K.step_output_length(nv, nefc, act.gain.size, self._log.shape[0]))
         state = np.empty(nefc, dtype=np.int64)
-        args = (plan.si, sp[1], sp[2], plan.tparams, data.efc_J, aref, data.efc_D, data.efc_R,
+        args = (plan.si, sp[1], sp[2], plan.ptab, data.efc_J, aref, data.efc_D, data.efc_R,
                 data.efc_frictionloss if plan.floss else aref, data.efc_type, self._Mbuf,
                 self._cbuf, self._dqbuf, self._actbuf, self._scales, plan.costbuf, plan.Kf2,
                 a, self._lam, self._mu_lo, self._mu_hi, self._params, ip, buf, state,
@@ -658,77 +700,113 @@ class GDDSolver:
         if buf[o_st + K.ST_STATUS] == K.STATUS_WORKSPACE:  # first solve or more rows: grow, again
             self._grow_workspace(buf[o_st:o_st + K.ST_NSTAT])
             entry(*(args[:-2] + (self._wsf, self._wsi)))
-        result = self._fast_result(data, cost, plan, a, buf, state, nefc, t0)
+        result = self._fast_result(data, cost, plan, buf, nefc, t0)
         if plan.native is None and self._use_native:
-            plan.native = self._native_entry(data, plan, args)
+            plan.native = _step_entry()
         return result
 
-    def _fast_result(self, data, cost, plan, a, buf, state, nefc, t0):
-        """The :class:`GDDResult` of a compiled step (``buf``: its packed float output)."""
+    def _fast_result(self, data, cost, plan, buf, nefc, t0):
+        """The :class:`GDDResult` of a compiled step (``buf``: its packed float output, the
+        layout of :func:`_kernels.gdd_fast`)."""
         act = plan.act
         nc = act.gain.size
         nv = self.model.nv
         o_st = nv + nefc + 2 * nc
+        o_a = o_st + K.ST_NSTAT
         if buf[o_st + K.ST_STATUS] == K.STATUS_NUMERICAL_ERROR or not self._all_controllable:
-            o = o_st + K.ST_NSTAT
-            outs = (buf[:nv], buf[nv:nv + nefc], state, buf[nv + nefc:nv + nefc + nc],
-                    buf[nv + nefc + nc:o_st])
-            return self._finish(data, a, act, outs, buf[o_st:o], buf[o:].reshape(self._log.shape),
-                                nefc, t0, lambda: self._diagnose_fast(data, cost))
-        self._qacc = a.copy()
-        return GDDResult._packed(a, act.Zt, buf, state, nv, nefc, nc, data.ncon,
-                                 time.perf_counter() - t0)
+            o_log = o_a + nv + nefc
+            outs = (buf[:nv], buf[nv:nv + nefc], buf[o_a + nv:o_log].astype(np.int64),
+                    buf[nv + nefc:nv + nefc + nc], buf[nv + nefc + nc:o_st])
+            return self._finish(data, buf[o_a:o_a + nv].copy(), act, outs, buf[o_st:o_a],
+                                buf[o_log:].reshape(self._log.shape), nefc, t0,
+                                lambda: self._diagnose_fast(data, cost))
+        self._qacc = buf[o_a:o_a + nv]
+        return GDDResult._packed(act.Zt, buf, nv, nefc, nc, data.ncon, time.perf_counter() - t0)
 
-    def _native_entry(self, data, plan, args):
-        """``(entry, dl)``: the compiled :func:`_kernels.gdd_native` for this plan's argument
-        types (``args``: those of the plan's :func:`_kernels.gdd_fast` call) and the ``mjData``
-        offsets it reads; None where the ``mjData`` layout is not the one measured at import
-        (:func:`_efc_layout`).  Compiling it (first time only: numba caches it) runs one solve
-        on scratch copies of the in/out arrays."""
-        layout = _efc_layout()
-        if layout is None:
-            return None
-        dl = layout.copy()
+    def _step_context(self, plan, data, sp):
+        """The context of :func:`_kernels.gdd_step` for this plan, ``data`` and the solver's
+        current buffers, cached in ``self._ctx``: ``(plan, data, entry, ctx with stages, ctx
+        without, the arrays it points to)``.  The tuple keeps those arrays alive;
+        :meth:`_invalidate` drops it whenever one of them is replaced."""
+        cx = self._ctx
+        if cx is not None and cx[0] is plan and cx[1] is data:
+            return cx
+        dl = _efc_layout().copy()
         if not plan.floss:
             dl[K.DL_FLOSS] = dl[K.DL_AREF]
-        head = (self.model._address, data._address, 0, dl) + args[:4]
-        nargs = head + args[10:]
-        entry = _kernel_entry(K.gdd_native, nargs)
-        if entry is K.gdd_native:  # not compiled for these types yet
-            scratch = tuple(x.copy() for x in args[10:])
-            K.gdd_native(*(head + scratch))
-            entry = _kernel_entry(K.gdd_native, nargs)
-        return entry, dl
+        arrays = {K.AS_SI: plan.si, K.AS_SPAN: sp[1], K.AS_DOFF: sp[2], K.AS_PTAB: plan.ptab,
+                  K.AS_M: self._Mbuf, K.AS_C: self._cbuf, K.AS_DQ: self._dqbuf,
+                  K.AS_ACT: self._actbuf, K.AS_SCALES: self._scales, K.AS_COST: plan.costbuf,
+                  K.AS_KF2: plan.Kf2, K.AS_A: self._abuf, K.AS_LAM: self._lam,
+                  K.AS_MULO: self._mu_lo, K.AS_MUHI: self._mu_hi, K.AS_PARAMS: self._params,
+                  K.AS_IPARAMS: self._iparams, K.AS_OUTF: self._outf, K.AS_OUTS: self._outstate,
+                  K.AS_WSF: self._wsf, K.AS_WSI: self._wsi}
+        ctx = np.zeros(K.CX_N, dtype=np.int64)
+        ctx[K.CX_MODEL] = self.model._address
+        ctx[K.CX_DATA] = data._address
+        ctx[K.CX_DL:K.CX_DL + K.DL_N] = dl
+        for slot, arr in arrays.items():
+            want = _SLOT_TYPES[slot]
+            if arr.dtype != want[0] or arr.ndim != want[1] or not arr.flags.c_contiguous:
+                raise RuntimeError(f"internal error: gdd_step slot {slot} got a {arr.dtype} "
+                                   f"array of {arr.ndim} dimensions")  # pragma: no cover
+            o = K.CX_ARRAYS + 3 * slot
+            ctx[o] = arr.ctypes.data
+            ctx[o + 1] = arr.shape[0]
+            ctx[o + 2] = arr.shape[1] if arr.ndim == 2 else 1
+        staged = ctx.copy()
+        ctx[K.CX_STAGES] = 1
+        cx = self._ctx = (plan, data, plan.native, ctx, staged,
+                          _result_maker(plan.act.Zt, self.model.nv, plan.act.gain.size,
+                                        self._out_fixed), tuple(arrays.values()))
+        return cx
 
-    def _solve_native(self, data, cost, plan, sp, a, t0, stages, native):
-        """:meth:`_solve_fast` through :func:`_kernels.gdd_native` (one compiled call per step).
+    def _solve_native(self, data, cost, plan, sp, t0, stages):
+        """:meth:`_solve_fast` through :func:`_kernels.gdd_step` (one compiled call per step,
+        from ``self._abuf`` as the initial guess)."""
+        cx = self._step_context(plan, data, sp)
+        code = cx[2](cx[3] if stages else cx[4])
+        if code > 0:
+            return self._native_result(data, cost, plan, code, t0)
+        return self._native_retry(data, cost, plan, code, t0)
 
-        Its outputs go to solver-owned buffers with room to spare (the number of rows is only
-        known inside the call), copied out for the result."""
-        entry, dl = native
+    def _native_retry(self, data, cost, plan, code, t0):
+        """:func:`_kernels.gdd_step` stopped before solving (``code`` = −need): more constraint
+        rows than so far or a workspace too small.  Grow what is short and solve again (the
+        stages are computed; ``a``, λ and μ are untouched)."""
         ip = self._iparams
-        outf, outs = self._outf, self._outstate
-        maddr, daddr = self.model._address, data._address
-        rest = (plan.si, sp[1], sp[2], plan.tparams, self._Mbuf, self._cbuf, self._dqbuf, self._actbuf,
-                self._scales, plan.costbuf, plan.Kf2, a, self._lam, self._mu_lo, self._mu_hi,
-                self._params, ip)
-        entry(maddr, daddr, 1 if stages else 0, dl, *rest, outf, outs, self._wsf, self._wsi)
-        nefc = int(ip[K.IPAR_NEFC])
-        need = int(ip[K.IPAR_OUT_NEED])
-        o_st = need - K.ST_NSTAT - self._log.size
-        if need > outf.size or nefc > outs.size or outf[o_st + K.ST_STATUS] == K.STATUS_WORKSPACE:
-            # more constraint rows than so far: grow what is short and solve again (the stages
-            # are computed; a call that stops early leaves a, λ, μ untouched)
-            for _ in range(2):
-                if need > outf.size or nefc > outs.size:
-                    outf = self._outf = np.empty(need + 64)
-                    outs = self._outstate = np.empty(nefc + 16, dtype=np.int64)
-                elif outf[o_st + K.ST_STATUS] == K.STATUS_WORKSPACE:
-                    self._grow_workspace(outf[o_st:o_st + K.ST_NSTAT])
-                else:
-                    break
-                entry(maddr, daddr, 0, dl, *rest, outf, outs, self._wsf, self._wsi)
-        return self._fast_result(data, cost, plan, a, outf[:need].copy(), outs[:nefc].copy(), nefc, t0)
+        for _ in range(3):
+            need = -code
+            nefc = int(ip[K.IPAR_NEFC])
+            if need > self._outf.size or nefc > self._outstate.size:
+                self._invalidate()
+                self._outf = np.empty(need + 64)
+                self._outstate = np.empty(nefc + 16, dtype=np.int64)
+            else:
+                o_st = self.model.nv + nefc + 2 * int(ip[K.IPAR_NC])
+                self._grow_workspace(self._outf[o_st:o_st + K.ST_NSTAT])
+            cx = self._step_context(plan, data, self._span)
+            code = cx[2](cx[4])
+            if code > 0:
+                return self._native_result(data, cost, plan, code, t0)
+        raise RuntimeError("internal error: the compiled step keeps asking for more memory")  # pragma: no cover
+
+    def _native_result(self, data, cost, plan, code, t0):
+        """The :class:`GDDResult` of a :func:`_kernels.gdd_step` call that returned ``code`` =
+        16 · (floats written) + status: one copy of its output buffer, whose views are the
+        result's arrays."""
+        need = code >> 4
+        buf = self._outf[:need].copy()
+        nv = self.model.nv
+        nc = plan.act.gain.size
+        nefc = (need - self._out_fixed) >> 1
+        if (code & 15) == K.STATUS_NUMERICAL_ERROR or not self._all_controllable:
+            self._hot = False
+            return self._fast_result(data, cost, plan, buf, nefc, t0)
+        self._have_warm = True
+        self._hot = self._warm  # (all controllable here)
+        return GDDResult._packed(plan.act.Zt, buf, nv, nefc, nc, data.ncon,
+                                 time.perf_counter() - t0)
 
     def _diagnose_fast(self, data, cost):
         """Numerical failure on the compiled path: name the cause through the general path."""
@@ -807,6 +885,61 @@ def _kernel_entry(fn, args):
         return fn
 
 
+_STEP_ENTRY = []  # [entry point of _kernels.gdd_step] once compiled
+_perf_counter = time.perf_counter
+
+
+def _result_maker(Zt, nv, nc, fixed):
+    """``make(buf, code, ncon, solve_time)``: the :class:`GDDResult` of a converged-or-not (but
+    finite) :func:`_kernels.gdd_step` call that returned ``code``, on its output copy ``buf``
+    (all actuators controllable) — :meth:`GDDResult._packed` with this solver's constants bound,
+    for the hot path of :meth:`GDDSolver.solve`."""
+    new = GDDResult.__new__
+
+    def make(buf, code, ncon, solve_time):
+        r = new(GDDResult)
+        r.Zt = Zt
+        r._buf = buf
+        r._nv = nv
+        r.nefc = ((code >> 4) - fixed) >> 1
+        r._nc = nc
+        r.ncon = ncon
+        r.physics_violation = None
+        r.qacc_forward = None
+        r.solve_time = solve_time
+        r._ctrl = None
+        r._qacc = None
+        return r
+
+    return make
+
+
+def _step_entry():
+    """The compiled entry point of :func:`_kernels.gdd_step`, or None where the ``mjData``
+    layout is not the one measured at import (:func:`_efc_layout`): then every solve takes
+    :func:`_kernels.gdd_fast` with the stages and row views from Python."""
+    if _efc_layout() is None:
+        return None
+    if not _STEP_ENTRY:
+        import numba
+
+        ctx = np.zeros(K.CX_N, dtype=np.int64)
+        K.gdd_step.compile((numba.typeof(ctx),))  # compiled or loaded from numba's cache, not run
+        _STEP_ENTRY.append(_kernel_entry(K.gdd_step, (ctx,)))
+    return _STEP_ENTRY[0]
+
+
+#: dtype and dimensions of each array slot of the step context (``_kernels.AS_*``)
+_SLOT_TYPES = {K.AS_SI: (np.int64, 1), K.AS_SPAN: (np.float64, 1), K.AS_DOFF: (np.int64, 1),
+               K.AS_PTAB: (np.int64, 2), K.AS_M: (np.float64, 2), K.AS_C: (np.float64, 1),
+               K.AS_DQ: (np.float64, 1), K.AS_ACT: (np.float64, 1), K.AS_SCALES: (np.float64, 2),
+               K.AS_COST: (np.float64, 1), K.AS_KF2: (np.float64, 2), K.AS_A: (np.float64, 1),
+               K.AS_LAM: (np.float64, 1), K.AS_MULO: (np.float64, 1), K.AS_MUHI: (np.float64, 1),
+               K.AS_PARAMS: (np.float64, 1), K.AS_IPARAMS: (np.int64, 1),
+               K.AS_OUTF: (np.float64, 1), K.AS_OUTS: (np.int64, 1), K.AS_WSF: (np.float64, 1),
+               K.AS_WSI: (np.int64, 1)}
+
+
 def _factor_layout_ok(model) -> bool:
     """Whether ``data.qLD`` holds ``M = Lᵀ D L`` in the CSR layout of ``model.M_rownnz/M_rowadr/
     M_colind`` (what the compiled step reads), checked once at ``qpos0``: ``_kernels.ldl_factor``
@@ -838,11 +971,13 @@ class _FastPlan:
     ``si``: the static int array (``_kernels.SI_*`` header: model structure, the term table
     and the subtree body lists); ``tparams``: the terms' parameter arrays (weights, targets:
     the terms' own arrays, so changes of weight, activity and goals are seen without
-    rebuilding); ``costbuf``: the packed cost the kernel fills (``CostArrays`` layout).
+    rebuilding; a term never replaces them, it writes into them); ``ptab (n, 2)``: their
+    addresses and lengths, what the kernels read; ``costbuf``: the packed cost the kernel
+    fills (``CostArrays`` layout).
     """
 
-    __slots__ = ("ok", "cost", "terms", "version", "si", "tparams", "costbuf", "dims", "Kf2",
-                 "entry", "act", "floss", "native")
+    __slots__ = ("ok", "cost", "terms", "version", "si", "tparams", "ptab", "costbuf", "dims",
+                 "Kf2", "entry", "act", "floss", "native")
 
     def __init__(self, solver: "GDDSolver", cost):
         self.cost = cost
@@ -850,7 +985,7 @@ class _FastPlan:
         self.terms = list(cost.terms) if isinstance(cost, Cost) else None
         self.ok = False
         self.entry = None
-        self.native = None  # (entry, mjData offsets) of _kernels.gdd_native, after the first solve
+        self.native = None  # entry point of _kernels.gdd_step, after the first solve
         if isinstance(cost, Cost):
             terms = cost.terms
         elif isinstance(cost, CostTerm):
@@ -926,7 +1061,8 @@ class _FastPlan:
         except ValueError:
             return
         self.si = np.concatenate(parts)
-        self.tparams = tuple(tparams)
+        self.tparams = tuple(tparams)  # kept alive: the kernels read them through ptab
+        self.ptab = np.array([(arr.ctypes.data, arr.size) for arr in tparams], dtype=np.int64)
         km, kd, m1 = counts["mass"], counts["diag"], counts["rows"]
         self.dims = (km, kd, m1, 0)
         self.costbuf = np.zeros(km * (nv + 1) + kd * (2 * nv + 1) + m1 * (nv + 2))
@@ -938,12 +1074,12 @@ class _FastPlan:
         self.ok = True
 
 
-#: run the compiled step through :func:`_kernels.gdd_native` (stages and constraint rows read in
+#: run the compiled step through :func:`_kernels.gdd_step` (stages and constraint rows read in
 #: the compiled call) where the ``mjData`` layout allows; False: :func:`_kernels.gdd_fast` with the
 #: stages and array views from Python (the same results, a few µs slower per step)
 NATIVE_STEP = True
 
-#: ``mjData`` fields of the constraint rows read by ``gdd_native``, by ``_kernels.DL_*`` index
+#: ``mjData`` fields of the constraint rows read by ``gdd_step``, by ``_kernels.DL_*`` index
 _EFC_FIELDS = ("efc_J", "efc_aref", "efc_D", "efc_R", "efc_frictionloss", "efc_type")
 _EFC_LAYOUT = []  # [layout or None] once measured
 
