@@ -414,34 +414,30 @@ def com_spring_residual(cdof_dot, qvel, ancestors, bodies, roots, mass, cvel, xi
 def cholesky(A, L):
     """Lower Cholesky factor ``A = L Lᵀ`` from the lower triangle of ``A``; False if not SPD.
 
-    Right-looking on ``U = Lᵀ``, held in the upper triangle of ``L`` (rows of ``U`` are
-    contiguous): for each ``k``, ``U_kk = √A_kk``, ``U_k,k+1: = A_k,k+1: / U_kk`` and the
-    trailing rows ``A_i,i: −= U_ki U_k,i:`` — contiguous row updates that vectorize, with
-    one division per column instead of one per entry on the dependency chain.  ``U`` is
-    then transposed into the lower triangle.  No allocation; ``L`` must not alias ``A``;
-    its strict upper triangle is set to zero.
+    Row by row (Cholesky–Banachiewicz): ``L_ij = (A_ij − L_i,:j · L_j,:j) / L_jj`` for
+    ``j < i``, then ``L_ii = √(A_ii − ‖L_i,:i‖²)`` — dot products of contiguous row prefixes,
+    with the reciprocal ``1/L_jj`` kept in the (not yet zeroed) upper triangle at
+    ``L[j, n−1]`` so that no division sits in the inner loops.  No allocation; ``L`` must not
+    alias ``A``; its strict upper triangle is set to zero.
     """
     n = A.shape[0]
     for i in range(n):
-        for j in range(i, n):
-            L[i, j] = A[j, i]
-    for k in range(n):
-        d = L[k, k]
-        if not d > 0.0:
+        for j in range(i):
+            s = A[i, j]
+            for k in range(j):
+                s -= L[i, k] * L[j, k]
+            L[i, j] = s * L[j, n - 1]
+        s = A[i, i]
+        for k in range(i):
+            s -= L[i, k] * L[i, k]
+        if not s > 0.0:
             return False
-        d = math.sqrt(d)
-        L[k, k] = d
-        inv = 1.0 / d
-        for j in range(k + 1, n):
-            L[k, j] *= inv
-        for i in range(k + 1, n):
-            uki = L[k, i]
-            if uki != 0.0:
-                for j in range(i, n):
-                    L[i, j] -= uki * L[k, j]
-    for i in range(n):
+        d = math.sqrt(s)
+        L[i, i] = d
+        if i < n - 1:
+            L[i, n - 1] = 1.0 / d
+    for i in range(n - 1):
         for j in range(i + 1, n):
-            L[j, i] = L[i, j]
             L[i, j] = 0.0
     return True
 
@@ -626,7 +622,7 @@ Prob = namedtuple("Prob", [
 Work = namedtuple("Work", [
     "jar", "f", "state", "hdiag", "hcone", "g", "y", "h", "w", "nu", "bact", "r2", "gradg",
     "grad", "tmp_nv", "tmp_efc", "tmp_efc2", "K2", "P", "Hm", "LH",
-    "kink", "release", "nk", "Z", "kidx", "nuk", "scr", "scri",
+    "kink", "release", "nk", "Z", "kidx", "nuk", "scr", "scri", "Qa",
 ])
 
 
@@ -646,7 +642,7 @@ def _ws_sizes(nv, nefc, nz, nb, m2, ncone):
     """Lengths ``(float64, int64)`` of the workspace :func:`gdd_solve` carves its arrays from."""
     nev = 2 * nefc + 1
     tri = nv * (nv + 1) // 2
-    nf = (nefc * 14 + nv * nv * 4 + tri + nv * 14 + m2 * (nv * 2 + nefc + 4) + nz * 3 + nb * 4
+    nf = (nefc * 14 + nv * nv * 4 + tri + nv * 15 + m2 * (nv * 2 + nefc + 4) + nz * 3 + nb * 4
           + ncone * 36 + nev + (nv + nz + nb + m2) * nv + _scratch_size(nv, nefc, nz, nb, m2))
     ni = (nz + nb + nefc) * (nv + 1) + nefc * 10 + nb * 5 + nev * 3 + 1 + 2 * nv + tri
     return nf, ni
@@ -657,9 +653,32 @@ def _take(buf, o, n):
     return buf[o:o + n], o + n
 
 
+@intrinsic
+def _as_2d(typingctx, arr, n, m):
+    """The C-contiguous 1-D ``arr`` (at least ``n·m`` long) seen as an ``(n, m)`` array,
+    without an owner (meminfo NULL; see :func:`_unmanaged`): unlike ``reshape`` no runtime
+    helper call (numba's ``reshape`` checks the layout through one, ~40 ns a view)."""
+    from numba.core import cgutils, types
+
+    outty = types.Array(arr.dtype, 2, "C")
+
+    def codegen(context, builder, signature, args):
+        src = context.make_array(signature.args[0])(context, builder, value=args[0])
+        out = context.make_array(outty)(context, builder)
+        size = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(arr.dtype)))
+        n_ = context.cast(builder, args[1], signature.args[1], types.intp)
+        m_ = context.cast(builder, args[2], signature.args[2], types.intp)
+        context.populate_array(out, data=src.data, shape=cgutils.pack_array(builder, [n_, m_]),
+                               strides=cgutils.pack_array(builder, [builder.mul(m_, size), size]),
+                               itemsize=size, meminfo=None)
+        return out._getvalue()
+
+    return outty(arr, n, m), codegen
+
+
 @njit(cache=True, error_model="numpy")
 def _take2(buf, o, n, m):
-    return buf[o:o + n * m].reshape((n, m)), o + n * m
+    return _as_2d(buf[o:o + n * m], n, m), o + n * m
 
 
 @njit(cache=True, error_model="numpy")
@@ -769,9 +788,9 @@ def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
     _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, wk.g, wk.h)
     _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, wk.g, wk.w)
     phi = 0.5 * _dot(wk.g, wk.y) + _constraint_terms(pb, wk, lam, mu_lo, mu_hi)
-    # ℓ = ½ aᵀQa + qᵀa + ½‖Ka2 a + Kf2 f + e2‖²
-    _matvec(pb.Q, a, wk.tmp_nv)
-    ell = 0.5 * _dot(a, wk.tmp_nv) + _dot(pb.q, a)
+    # ℓ = ½ aᵀQa + qᵀa + ½‖Ka2 a + Kf2 f + e2‖²  (Q a kept for the gradient)
+    _matvec(pb.Q, a, wk.Qa)
+    ell = 0.5 * _dot(a, wk.Qa) + _dot(pb.q, a)
     for r in range(m2):
         s = pb.e2[r]
         for k in range(nv):
@@ -828,16 +847,16 @@ def _lagrangian_gradient(pb, wk, a, lam):
 
 @njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _eval_gradient(pb, wk, a):
-    """``∇L = P ∇_g L + Q a + q + K2ᵀ r2`` with ``P z = M z + Jᵀ H (J z)`` for the current states."""
+    """``∇L = P ∇_g L + Q a + q + K2ᵀ r2`` with ``P z = M z + Jᵀ H (J z)`` for the current states
+    (``wk.Qa``: ``Q a``, from :func:`_evaluate`)."""
     nv = a.shape[0]
     m2 = pb.Ka2.shape[0]
     _matvec(pb.M, wk.gradg, wk.grad)
     _matvec(pb.J, wk.gradg, wk.tmp_efc)
     hs_mul(wk.tmp_efc, pb.kind, pb.cdim, wk.state, wk.hdiag, wk.hcone, wk.tmp_efc2)
     _matTvec_add(pb.J, wk.tmp_efc2, wk.grad, 1.0)
-    _matvec(pb.Q, a, wk.tmp_nv)
     for k in range(nv):
-        wk.grad[k] += wk.tmp_nv[k] + pb.q[k]
+        wk.grad[k] += wk.Qa[k] + pb.q[k]
     if m2 > 0:
         _cost_jacobian(pb, wk)
         _matTvec_add(wk.K2, wk.r2, wk.grad, 1.0)
@@ -1961,6 +1980,7 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
     w_gradg, of = _take(wsf, of, nv)
     w_grad, of = _take(wsf, of, nv)
     w_tmpnv, of = _take(wsf, of, nv)
+    w_Qa, of = _take(wsf, of, nv)
     w_tmpefc, of = _take(wsf, of, nefc)
     w_tmpefc2, of = _take(wsf, of, nefc)
     w_K2, of = _take2(wsf, of, m2, nv)
@@ -2057,7 +2077,7 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
               Q, q, Ka2s, Kf2s, e2s)
     wk = Work(w_jar, w_f, w_state, w_hdiag, w_hcone3, w_g, w_y, w_h, w_w, w_nu, w_bact, w_r2,
               w_gradg, w_grad, w_tmpnv, w_tmpefc, w_tmpefc2, w_K2, w_P, w_Hm, w_LH,
-              w_kink, w_release, w_nk, w_Z, w_kidx, w_nuk, w_scr, w_scri)
+              w_kink, w_release, w_nk, w_Z, w_kidx, w_nuk, w_scr, w_scri, w_Qa)
     ls = (l_rowstate, l_g1, l_y1, l_yk, l_hk, l_h1, l_wk, l_w1, l_rk, l_r1, l_dfd, l_tmpnv,
           l_evalpha, l_evrow, l_evtype, l_bhi, l_blo, l_order)
     have_factor = False
@@ -2791,7 +2811,7 @@ def gdd_fast(si, span, doff, ptab, J1, aref, D, R, floss, efc_type, M, c, dq,
     log, o = _take2(outf, o, iparams[IPAR_MAX_ITER], LOG_NCOL)
     dims = iparams[IPAR_KM:IPAR_KM + 4]  # (km, kd, m1, m2): consecutive
     fill_problem(si, span, doff, ptab, M, c, costbuf, dims, dq)
-    J = J1[:nefc * nv].reshape((nefc, nv))
+    J = _as_2d(J1, nefc, nv)
     rn = si[SI_MROWNNZ]
     ra = si[SI_MROWADR]
     ci = si[SI_MCOLIND]
