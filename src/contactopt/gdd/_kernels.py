@@ -805,6 +805,44 @@ def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
     return phi, ell
 
 
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _evaluate_step(pb, wk, a, alpha, Jd, g1, y1, Qd, lam, mu_lo, mu_hi):
+    """:func:`_evaluate` at ``a`` = the previous point + ``α d``, when the constraint rows kept
+    their states on the open segment (the line search crossed no breakpoint, no row pinned):
+    there ``f`` is affine in ``α``, so ``jar``, ``g = M a + c − Jᵀ f``, ``y = M⁻¹ g`` and ``Q a``
+    move by ``α`` times their slopes ``J d``, ``g1 = P d``, ``y1 = M⁻¹ g1`` and ``Q d`` (from
+    :func:`_linesearch_sweep`) — no matrix product and no solve with ``M``.  The states and
+    forces are recomputed from the new ``jar`` and everything else as in :func:`_evaluate`.
+    Returns ``(L, ℓ)``."""
+    nv = a.shape[0]
+    nefc = pb.J.shape[0]
+    m2 = pb.Ka2.shape[0]
+    for i in range(nefc):
+        wk.jar[i] += alpha * Jd[i]
+    constraint_update(wk.jar, pb.D, pb.R, pb.floss, pb.kind, pb.cdim, pb.cmu, pb.cfric,
+                      wk.f, wk.state, wk.hdiag, wk.hcone)
+    _mark_kinks(pb, wk)
+    for k in range(nv):
+        wk.g[k] += alpha * g1[k]
+        wk.y[k] += alpha * y1[k]
+        wk.Qa[k] += alpha * Qd[k]
+    _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, wk.g, wk.h)
+    _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, wk.g, wk.w)
+    phi = 0.5 * _dot(wk.g, wk.y) + _constraint_terms(pb, wk, lam, mu_lo, mu_hi)
+    ell = 0.5 * _dot(a, wk.Qa) + _dot(pb.q, a)
+    for r in range(m2):
+        s = pb.e2[r]
+        for k in range(nv):
+            s += pb.Ka2[r, k] * a[k]
+        for i in range(nefc):
+            s += pb.Kf2[r, i] * wk.f[i]
+        wk.r2[r] = s
+        ell += 0.5 * s * s
+    phi += ell
+    _lagrangian_gradient(pb, wk, a, lam)
+    return phi, ell
+
+
 @njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell):
     """Objective and gradient after the multipliers changed (a, g, f and ℓ unchanged)."""
@@ -1267,7 +1305,9 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
     or a kink where the right derivative becomes non-negative.
 
     Returns ``(α, breakpoints crossed)``; ``α`` is exactly 1 when the Newton step
-    is the minimizer of the first piece.
+    is the minimizer of the first piece.  With no breakpoint crossed, ``ls`` keeps the
+    slopes of that piece (``g1 = P d``, ``y1 = M⁻¹g1``) and ``Q d`` (its ``tmp_nv``) for
+    :func:`_evaluate_step`.
     """
     (rowstate, g1, y1, yk, hk, h1, wk_, w1, rk, r1, dfd, tmp_nv,
      ev_alpha, ev_row, ev_type, bhi, blo, order) = ls
@@ -1303,10 +1343,9 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
         wk_[j] = wk.w[j]
     for r in range(m2):
         rk[r] = wk.r2[r]
-    _matvec(pb.Q, d, tmp_nv)
+    _matvec(pb.Q, d, tmp_nv)  # (kept: Q d, for _evaluate_step)
     dQd = _dot(d, tmp_nv)
-    _matvec(pb.Q, a, tmp_nv)
-    ga0 = _dot(tmp_nv, d) + _dot(pb.q, d)
+    ga0 = _dot(wk.Qa, d) + _dot(pb.q, d)
     for j in range(nb):
         bhi[j] = 0
         blo[j] = 0
@@ -2048,7 +2087,15 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
     # nonzero columns of each row of J (shared by the rows of an elliptic contact)
     i = 0
     while i < nefc:
-        rows = cdim[i] if kind[i] == ROW_CONE else 1
+        if kind[i] != ROW_CONE:  # one row: branch-free compaction
+            cnt = 0
+            for k in range(nv):
+                jnz[i, cnt] = k
+                cnt += J[i, k] != 0.0
+            jnnz[i] = cnt
+            i += 1
+            continue
+        rows = cdim[i]
         cnt = 0
         for k in range(nv):
             nzk = False
@@ -2259,7 +2306,11 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
                 if alpha > 0.0:
                     for k in range(nv):
                         a[k] += alpha * dvec[k]
-                    phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
+                    if exact_ls == 1 and nev == 0 and nk == 0:
+                        phi, ell = _evaluate_step(pb, wk, a, alpha, Jd, l_g1, l_y1, l_tmpnv,
+                                                  lam, mu_lo, mu_hi)
+                    else:
+                        phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
                 row = iters - 1
                 if row < log.shape[0]:
                     nact = 0
@@ -2651,7 +2702,9 @@ def fill_problem(si, span, doff, ptab, M, c, costbuf, dims, dq):
     ``c = qfrc_bias − qfrc_passive − qfrc_applied − Σ_b J_bᵀ xfrc_b``; the frame terms use
     Jacobians from ``cdof`` (as ``mj_jac``), the bias ``J̇v`` from ``cdof_dot``/``cvel`` and the
     subtree centre of mass Jacobian ``Σ m_b J(xipos_b) / m`` (as ``mj_jacSubtreeCom``).
-    ``dq (nv,)``: scratch.
+    ``dq (nv,)``: scratch.  Only the entries of ``M`` in MuJoCo's sparsity pattern are written:
+    the others must be zero on entry (the solver's buffer is made with zeros and only ever
+    written here).
     """
     nv = M.shape[0]
     # inertia (lower-triangular CSR rows of d.M)
@@ -2659,9 +2712,6 @@ def fill_problem(si, span, doff, ptab, M, c, costbuf, dims, dq):
     rn = si[SI_MROWNNZ]
     ra = si[SI_MROWADR]
     ci = si[SI_MCOLIND]
-    for i in range(nv):
-        for k in range(nv):
-            M[i, k] = 0.0
     for i in range(nv):
         adr = si[ra + i]
         for p in range(si[rn + i]):
@@ -2786,7 +2836,8 @@ def gdd_fast(si, span, doff, ptab, J1, aref, D, R, floss, efc_type, M, c, dq,
     out_ctrl (nc) | stats (ST_NSTAT) | a (nv) | out_state (nefc, as floats) | log (max_iter ·
     LOG_NCOL)`` (``nc = iparams[IPAR_NC]``, ``max_iter = iparams[IPAR_MAX_ITER]``; the layout
     of ``solver.GDDResult``, :func:`step_output_length` long).
-    ``M (nv, nv)``, ``c, dq (nv,)`` are filled here (kept for diagnostics).
+    ``M (nv, nv)`` (zero outside MuJoCo's sparsity pattern on entry: see :func:`fill_problem`),
+    ``c, dq (nv,)`` are filled here (kept for diagnostics).
 
     Compiled without numba's reference counting (``_nrt=False``: nothing below allocates; the
     temporaries live in the workspace), on owner-less views of the arguments
