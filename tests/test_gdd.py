@@ -796,6 +796,35 @@ def _humanoid_with_friction_loss():
     return m, d
 
 
+@pytest.mark.parametrize("make", [humanoid_standing, hand_holding_ball])
+def test_outputs_after_an_incremental_evaluation_match_mj_inverse(make):
+    """A step that crosses no breakpoint updates g, M⁻¹g and the constraint rows along the line
+    instead of re-evaluating them (_kernels._evaluate_step); the forces reported at the solution
+    must still be MuJoCo's inverse dynamics at the solution's acceleration."""
+    m, d = make()
+    humanoid = make is humanoid_standing
+    cost = _builtin_cost(m, d) if humanoid else Cost(Damping(0.1, 5.0))
+    solver = GDDSolver(m)
+    rng = np.random.default_rng(3)
+    q0, stepped = d.qpos.copy(), 0
+    for k in range(12):
+        d.qpos[:] = q0
+        d.qvel[:] = rng.normal(scale=0.3, size=m.nv)
+        res = solver.solve(d, cost)  # (a hard sequence: one solve of the humanoid stalls at 2e-5 N)
+        assert res.status in (Status.CONVERGED, Status.STALLED)
+        stepped += bool(res.log) and res.log[-1].breakpoints == 0  # the last step: no breakpoint
+        d.qacc[:] = res.qacc
+        mujoco.mj_inverse(m, d)  # stages as in the solve: the same rows
+        assert d.nefc == res.nefc
+        fscale = 1.0 + np.abs(d.efc_force).max()
+        assert np.abs(res.efc_force - d.efc_force).max() <= 1e-9 * fscale
+        gscale = 1.0 + np.abs(d.qfrc_inverse).max()
+        assert np.abs(res.qfrc - (d.qfrc_inverse - d.qfrc_applied)).max() <= 1e-9 * gscale
+        differ = res.efc_state != d.efc_state  # only rows on a kink (zero force) may differ
+        assert np.abs(d.efc_force[differ]).max(initial=0.0) <= 1e-9 * fscale
+    assert stepped >= 6  # so the solution was evaluated incrementally (unless a row was pinned)
+
+
 @pytest.mark.parametrize("make", [humanoid_standing, hand_holding_ball, _humanoid_with_friction_loss])
 def test_native_step_equals_the_step_staged_from_python(make, rng):
     """The native entry (stages and constraint rows read in the compiled call) gives bit for bit
