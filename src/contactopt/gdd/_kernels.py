@@ -772,7 +772,6 @@ def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
     """Objective, cost and gradient at ``a``; fills the work arrays. Returns ``(L, ℓ)``."""
     nv = a.shape[0]
     nefc = pb.J.shape[0]
-    m2 = pb.Ka2.shape[0]
     _matvec(pb.J, a, wk.jar)
     for i in range(nefc):
         wk.jar[i] -= pb.aref[i]
@@ -785,11 +784,21 @@ def _evaluate(pb, wk, a, lam, mu_lo, mu_hi):
         wk.g[k] += pb.c[k]
     _matTvec_add(pb.J, wk.f, wk.g, -1.0)
     _m_solve(pb, wk.g, wk.y)
+    _matvec(pb.Q, a, wk.Qa)  # (kept for the gradient)
+    return _evaluation_tail(pb, wk, a, lam, mu_lo, mu_hi)
+
+
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _evaluation_tail(pb, wk, a, lam, mu_lo, mu_hi):
+    """The end of :func:`_evaluate` and :func:`_evaluate_step`, from ``g``, ``y = M⁻¹g``, ``Q a``
+    and the forces at ``a``: ``h = Ceq g``, ``w = Cbox g``, the objective, the cost
+    ``ℓ = ½ aᵀQa + qᵀa + ½‖Ka2 a + Kf2 f + e2‖²`` and the gradient.  Returns ``(L, ℓ)``."""
+    nv = a.shape[0]
+    nefc = pb.J.shape[0]
+    m2 = pb.Ka2.shape[0]
     _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, wk.g, wk.h)
     _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, wk.g, wk.w)
     phi = 0.5 * _dot(wk.g, wk.y) + _constraint_terms(pb, wk, lam, mu_lo, mu_hi)
-    # ℓ = ½ aᵀQa + qᵀa + ½‖Ka2 a + Kf2 f + e2‖²  (Q a kept for the gradient)
-    _matvec(pb.Q, a, wk.Qa)
     ell = 0.5 * _dot(a, wk.Qa) + _dot(pb.q, a)
     for r in range(m2):
         s = pb.e2[r]
@@ -816,7 +825,6 @@ def _evaluate_step(pb, wk, a, alpha, Jd, g1, y1, Qd, lam, mu_lo, mu_hi):
     Returns ``(L, ℓ)``."""
     nv = a.shape[0]
     nefc = pb.J.shape[0]
-    m2 = pb.Ka2.shape[0]
     for i in range(nefc):
         wk.jar[i] += alpha * Jd[i]
     constraint_update(wk.jar, pb.D, pb.R, pb.floss, pb.kind, pb.cdim, pb.cmu, pb.cfric,
@@ -826,21 +834,7 @@ def _evaluate_step(pb, wk, a, alpha, Jd, g1, y1, Qd, lam, mu_lo, mu_hi):
         wk.g[k] += alpha * g1[k]
         wk.y[k] += alpha * y1[k]
         wk.Qa[k] += alpha * Qd[k]
-    _smatvec(pb.Ceq, pb.ce_idx, pb.ce_nnz, wk.g, wk.h)
-    _smatvec(pb.Cbox, pb.cb_idx, pb.cb_nnz, wk.g, wk.w)
-    phi = 0.5 * _dot(wk.g, wk.y) + _constraint_terms(pb, wk, lam, mu_lo, mu_hi)
-    ell = 0.5 * _dot(a, wk.Qa) + _dot(pb.q, a)
-    for r in range(m2):
-        s = pb.e2[r]
-        for k in range(nv):
-            s += pb.Ka2[r, k] * a[k]
-        for i in range(nefc):
-            s += pb.Kf2[r, i] * wk.f[i]
-        wk.r2[r] = s
-        ell += 0.5 * s * s
-    phi += ell
-    _lagrangian_gradient(pb, wk, a, lam)
-    return phi, ell
+    return _evaluation_tail(pb, wk, a, lam, mu_lo, mu_hi)
 
 
 @njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
