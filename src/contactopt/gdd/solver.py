@@ -726,7 +726,7 @@ class GDDSolver:
     def _step_context(self, plan, data, sp):
         """The context of :func:`_kernels.gdd_step` for this plan, ``data`` and the solver's
         current buffers, cached in ``self._ctx``: ``(plan, data, entry, ctx with stages, ctx
-        without, the arrays it points to)``.  The tuple keeps those arrays alive;
+        without, result maker (:func:`_result_maker`), the arrays it points to)``.  The tuple keeps those arrays alive;
         :meth:`_invalidate` drops it whenever one of them is replaced."""
         cx = self._ctx
         if cx is not None and cx[0] is plan and cx[1] is data:
