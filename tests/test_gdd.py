@@ -789,6 +789,33 @@ def test_compiled_step_matches_the_general_path(rng):
     assert not solver._plan.ok
 
 
+@pytest.mark.parametrize("body", [None, "pelvis", "torso", "right_upper_arm", "left_shin"])
+def test_compiled_center_of_mass_rows_match_the_general_term(body, rng):
+    """The compiled step's per-dof centre-of-mass Jacobian (subtree_com and subtree masses) and
+    its one-pass bias equal the term's own rows (mj_jacSubtreeCom, body-by-body bias), for the
+    whole model and for subtrees below the floating base."""
+    m, d = humanoid_standing()
+    d.qvel[:] = rng.normal(scale=0.5, size=m.nv)
+    mujoco.mj_forward(m, d)
+    com = CenterOfMassAcceleration(m, body=body, weight=3.0,
+                                   target=SpringDamper(np.array([0.1, -0.2, 0.9]), stiffness=20.0))
+    cost = Cost(com, Damping(0.1, 5.0))
+    solver = GDDSolver(m)
+    solver.solve(d, cost)
+    assert solver._plan.ok
+    general = cost.arrays(solver.problem(d))
+    km, kd, m1, m2 = general.dims
+    assert m1 == 3
+    Ka1, e1 = general.Ka1, general.e1
+    o = km * (m.nv + 1) + kd * (2 * m.nv + 1)
+    fast_Ka1 = solver._plan.costbuf[o:o + 3 * m.nv].reshape(3, m.nv)
+    fast_e1 = solver._plan.costbuf[o + 3 * m.nv:o + 3 * m.nv + 3]
+    assert np.abs(Ka1).max() > 0.1 and np.abs(e1).max() > 0.1
+    assert np.allclose(fast_Ka1, Ka1, rtol=0, atol=1e-12)
+    assert np.allclose(fast_e1, e1, rtol=0, atol=1e-12 * (1 + np.abs(e1).max()))
+    assert np.allclose(solver._plan.costbuf, general.buffer, rtol=0, atol=1e-11)
+
+
 def _humanoid_with_friction_loss():
     m, d = humanoid_standing()
     m.dof_frictionloss[6:12] = 0.5  # friction-loss rows (read through their own mjData field)

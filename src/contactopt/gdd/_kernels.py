@@ -2588,6 +2588,97 @@ def _add_point_bias(si, span, doff, b, p0, p1, p2, scale, out, o0):
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
+def _add_com_jac(si, span, doff, comb, lo, dofw, Jr, r0):
+    """``Jr[r0:r0+3] += J_c``: the Jacobian of a subtree's centre of mass, one pass over the dofs.
+
+    Dof i moves the part of the subtree below its body rigidly, so (``mj_jacSubtreeCom``)
+    ``J_c[:, i] = w_i (cdof_lin,i + cdof_ang,i × (x_i − c_root))`` with ``x_i`` the centre of
+    mass of that part and ``w_i`` its share of the subtree's mass.  ``comb[lo + i]``: the body
+    whose ``subtree_com`` is ``x_i`` (the dof's own body inside the subtree, the subtree's root
+    for the dofs above it, −1 for dofs that do not move it); ``dofw[i] = w_i``.
+    """
+    nv = Jr.shape[1]
+    cd = doff[DO_CDOF]
+    osc = doff[DO_SUBCOM]
+    rt = si[SI_ROOT]
+    for i in range(nv):
+        b = comb[lo + i]
+        if b < 0:
+            continue
+        w = dofw[i]
+        ox = osc + 3 * b
+        oc = osc + 3 * si[rt + b]
+        x0 = span[ox] - span[oc]
+        x1 = span[ox + 1] - span[oc + 1]
+        x2 = span[ox + 2] - span[oc + 2]
+        o = cd + 6 * i
+        w0 = span[o]
+        w1 = span[o + 1]
+        w2 = span[o + 2]
+        Jr[r0, i] += w * (span[o + 3] + w1 * x2 - w2 * x1)
+        Jr[r0 + 1, i] += w * (span[o + 4] + w2 * x0 - w0 * x2)
+        Jr[r0 + 2, i] += w * (span[o + 5] + w0 * x1 - w1 * x0)
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
+def _add_com_bias(si, span, doff, bodies, lo, cnt, frac, out, o0, cacc):
+    """``out[o0:o0+3] += J̇_c v = Σ_k frac_k J̇(x_b) v`` over the bodies ``b = bodies[lo + k]``.
+
+    One pass down the tree gives every body's spatial acceleration at ``a = 0`` (com frame,
+    ``cacc_b = cacc_parent + Σ_{dofs i of b} cdof_dot_i v_i``, the recursion of
+    ``mj_rnePostConstraint`` without ``qacc`` and gravity); body b's centre of mass then has
+    the classical acceleration ``a_lin + α × r + ω × (v_lin + ω × r)``, ``r = x_b − c_root``.
+    ``cacc (≥ 6 nbody,)``: scratch.  ``frac``: the bodies' shares of the subtree's mass.
+    """
+    nbody = si[SI_NBODY]
+    par = si[SI_PARENT]
+    da = si[SI_DOFADR]
+    dn = si[SI_DOFNUM]
+    cd = doff[DO_CDOFDOT]
+    qv = doff[DO_QVEL]
+    for c in range(6):
+        cacc[c] = 0.0
+    for b in range(1, nbody):
+        p = si[par + b]
+        for c in range(6):
+            cacc[6 * b + c] = cacc[6 * p + c]
+        adr = si[da + b]
+        for i in range(adr, adr + si[dn + b]):
+            vi = span[qv + i]
+            o = cd + 6 * i
+            for c in range(6):
+                cacc[6 * b + c] += span[o + c] * vi
+    osc = doff[DO_SUBCOM]
+    oxi = doff[DO_XIPOS]
+    ocv = doff[DO_CVEL]
+    rt = si[SI_ROOT]
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    for k in range(cnt):
+        b = bodies[lo + k]
+        oc = osc + 3 * si[rt + b]
+        r0 = span[oxi + 3 * b] - span[oc]
+        r1 = span[oxi + 3 * b + 1] - span[oc + 1]
+        r2 = span[oxi + 3 * b + 2] - span[oc + 2]
+        ov = ocv + 6 * b
+        w0 = span[ov]
+        w1 = span[ov + 1]
+        w2 = span[ov + 2]
+        v0 = span[ov + 3] + w1 * r2 - w2 * r1
+        v1 = span[ov + 4] + w2 * r0 - w0 * r2
+        v2 = span[ov + 5] + w0 * r1 - w1 * r0
+        a = 6 * b
+        f = frac[k]
+        s0 += f * (cacc[a + 3] + cacc[a + 1] * r2 - cacc[a + 2] * r1 + w1 * v2 - w2 * v1)
+        s1 += f * (cacc[a + 4] + cacc[a + 2] * r0 - cacc[a] * r2 + w2 * v0 - w0 * v2)
+        s2 += f * (cacc[a + 5] + cacc[a] * r1 - cacc[a + 1] * r0 + w0 * v1 - w1 * v0)
+    out[o0] += s0
+    out[o0 + 1] += s1
+    out[o0 + 2] += s2
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
 def _add_body_ft(si, span, doff, b, f, fo, c):
     """``c −= J_p(xipos_b)ᵀ force + J_r(b)ᵀ torque`` for ``f[fo:fo+6] = (force, torque)`` (mj_applyFT)."""
     bc = _chain_body(si, b)
@@ -2695,8 +2786,9 @@ def fill_problem(si, span, doff, ptab, M, c, costbuf, dims, dq):
 
     ``c = qfrc_bias − qfrc_passive − qfrc_applied − Σ_b J_bᵀ xfrc_b``; the frame terms use
     Jacobians from ``cdof`` (as ``mj_jac``), the bias ``J̇v`` from ``cdof_dot``/``cvel`` and the
-    subtree centre of mass Jacobian ``Σ m_b J(xipos_b) / m`` (as ``mj_jacSubtreeCom``).
-    ``dq (nv,)``: scratch.  Only the entries of ``M`` in MuJoCo's sparsity pattern are written:
+    subtree centre of mass Jacobian ``Σ m_b J(xipos_b) / m`` (as ``mj_jacSubtreeCom``, per dof
+    from ``subtree_com``: :func:`_add_com_jac`).
+    ``dq (nv + 6 nbody,)``: scratch.  Only the entries of ``M`` in MuJoCo's sparsity pattern are written:
     the others must be zero on entry (the solver's buffer is made with zeros and only ever
     written here).
     """
@@ -2761,17 +2853,12 @@ def fill_problem(si, span, doff, ptab, M, c, costbuf, dims, dq):
                 _add_point_jac(si, span, doff, b, p0, p1, p2, 1.0, Ka1, slot)
                 _add_point_bias(si, span, doff, b, p0, p1, p2, 1.0, e1, slot)
             else:
+                # TC_LIST: comb (nv) | bodies (count); TC_PX: dof weights (nv) | mass shares
                 lo_ = si[row + TC_LIST]
-                cnt = si[row + TC_COUNT]
-                mass = _param(ptab, si[row + TC_PX])
-                for q_ in range(cnt):
-                    bb = si[lo_ + q_]
-                    ox_ = doff[DO_XIPOS] + 3 * bb
-                    x0 = span[ox_]
-                    x1 = span[ox_ + 1]
-                    x2 = span[ox_ + 2]
-                    _add_point_jac(si, span, doff, bb, x0, x1, x2, mass[q_], Ka1, slot)
-                    _add_point_bias(si, span, doff, bb, x0, x1, x2, mass[q_], e1, slot)
+                px = _param(ptab, si[row + TC_PX])
+                _add_com_jac(si, span, doff, si, lo_, px, Ka1, slot)
+                _add_com_bias(si, span, doff, si, lo_ + nv, si[row + TC_COUNT], px[nv:], e1, slot,
+                              dq[nv:])
                 osc = doff[DO_SUBCOM] + 3 * si[row + TC_BODY]
                 p0 = span[osc]
                 p1 = span[osc + 1]
@@ -2831,7 +2918,7 @@ def gdd_fast(si, span, doff, ptab, J1, aref, D, R, floss, efc_type, M, c, dq,
     LOG_NCOL)`` (``nc = iparams[IPAR_NC]``, ``max_iter = iparams[IPAR_MAX_ITER]``; the layout
     of ``solver.GDDResult``, :func:`step_output_length` long).
     ``M (nv, nv)`` (zero outside MuJoCo's sparsity pattern on entry: see :func:`fill_problem`),
-    ``c, dq (nv,)`` are filled here (kept for diagnostics).
+    ``c (nv,)`` and the scratch ``dq (nv + 6 nbody,)`` are filled here (kept for diagnostics).
 
     Compiled without numba's reference counting (``_nrt=False``: nothing below allocates; the
     temporaries live in the workspace), on owner-less views of the arguments

@@ -1022,6 +1022,28 @@ class CenterOfMassAcceleration(CostTerm):
                 anc[k, model.dof_bodyid == p] = 1.0
                 p = int(model.body_parentid[p])
         self._ancestors = anc
+        # per dof (the compiled step's Jacobian, _kernels._add_com_jac): the body whose
+        # subtree_com is the centre of mass of the part of the subtree the dof moves, and that
+        # part's share of the subtree's mass (−1, 0: the dof does not move the subtree)
+        com_body = np.full(model.nv, -1, dtype=np.int64)
+        share = np.zeros(model.nv)
+        for i in range(model.nv):
+            b = int(model.dof_bodyid[i])
+            p = b
+            while p != self.body_id and p != 0:
+                p = int(model.body_parentid[p])
+            if p == self.body_id:  # the dof's body is in the subtree
+                com_body[i] = b
+                share[i] = float(model.body_subtreemass[b]) / self._total
+            else:  # above the subtree's root or beside it
+                q = self.body_id
+                while q != 0 and q != b:
+                    q = int(model.body_parentid[q])
+                if q == b:
+                    com_body[i] = self.body_id
+                    share[i] = 1.0
+        self._dof_list = np.concatenate([com_body, self._bodies])
+        self._dof_param = np.concatenate([share, self._mass_frac])
         self._views = None
 
     def _fast_spec(self):
@@ -1029,7 +1051,8 @@ class CenterOfMassAcceleration(CostTerm):
         if t.dim != 3 or type(t) not in (SpringDamper, _FixedTarget):
             return None
         return {"code": K.TERM_COM, "kind": "rows", "rows": 3, "body": self.body_id,
-                "list": self._bodies, "x": self._mass_frac, "w": self._kw, "t": t._kbuf}
+                "list": self._dof_list, "count": self._bodies.size, "x": self._dof_param,
+                "w": self._kw, "t": t._kbuf}
 
     def bias_acceleration(self, problem: GDDProblem) -> np.ndarray:
         """``J̇_c v`` ``(3,)``: the centre-of-mass acceleration at ``a = 0``.

@@ -419,7 +419,7 @@ class GDDSolver:
         nv = model.nv
         self._Mbuf = np.zeros((nv, nv))
         self._cbuf = np.zeros(nv)
-        self._dqbuf = np.zeros(nv)
+        self._dqbuf = np.zeros(nv + 6 * model.nbody)  # fill_problem's scratch
         self._abuf = np.zeros(nv)  # the warm start (valid when _have_warm) and gdd_step's solution
         self._have_warm = False
         self._outf = np.empty(0)  # gdd_step's outputs (grown on demand, copied into each result)
@@ -1051,7 +1051,7 @@ class _FastPlan:
                 row[K.TC_PX] = param(sp["x"]) if "x" in sp else row[K.TC_PW]
                 if "list" in sp:
                     row[K.TC_LIST] = add(sp["list"])
-                    row[K.TC_COUNT] = len(sp["list"])
+                    row[K.TC_COUNT] = sp.get("count", len(sp["list"]))
                 pm = sp.get("model")
                 if pm is not None and pm is not model and not (
                         pm.nq == model.nq and pm.nv == model.nv and pm.njnt == model.njnt
