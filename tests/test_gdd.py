@@ -889,6 +889,44 @@ def test_native_step_equals_the_step_staged_from_python(make, rng):
         assert a.residual_gradient == b.residual_gradient
 
 
+def test_compiled_stages_skip_mj_island_and_leave_the_model_as_it_was():
+    """The compiled step's stages run without mj_island (the flag is set only for that call);
+    MuJoCo's forward solver then gives the same acceleration as with islands.  With sleeping
+    enabled (it uses the islands) or islands already disabled nothing is skipped or changed."""
+    m, d = humanoid_standing()
+    cost = _builtin_cost(m, d)
+    flags = (m.opt.disableflags, m.opt.enableflags)
+    solver = GDDSolver(m)
+    solver.solve(d, cost)  # (the first solve of a plan stages from Python: its native entry
+    res = solver.solve(d, cost)  # is made then)
+    assert solver._plan.native is not None
+    assert res.converged and (m.opt.disableflags, m.opt.enableflags) == flags
+    assert d.nefc > 0 and d.nisland == 0
+    full = mujoco.MjData(m)
+    for dd in (d, full):
+        dd.ctrl[:] = res.ctrl
+        dd.qacc_warmstart[:] = res.qacc
+    full.qpos[:], full.qvel[:] = d.qpos, d.qvel
+    mujoco.mj_forward(m, full)
+    assert full.nisland >= 1
+    mujoco.mj_forwardSkip(m, d, int(mujoco.mjtStage.mjSTAGE_VEL), 0)
+    assert np.allclose(d.qacc, full.qacc, rtol=0, atol=1e-10 * (1 + np.abs(full.qacc).max()))
+    sleep = getattr(mujoco.mjtEnableBit, "mjENBL_SLEEP", None)
+    variants = [("disableflags", int(mujoco.mjtDisableBit.mjDSBL_ISLAND), 0)]
+    if sleep is not None:
+        variants.append(("enableflags", int(sleep), 1))
+    for field, bit, islands in variants:
+        m, d = humanoid_standing()
+        setattr(m.opt, field, getattr(m.opt, field) | bit)
+        flags = (m.opt.disableflags, m.opt.enableflags)
+        solver = GDDSolver(m)
+        cost = _builtin_cost(m, d)
+        solver.solve(d, cost)
+        assert solver.solve(d, cost).converged and solver._plan.native is not None
+        assert (m.opt.disableflags, m.opt.enableflags) == flags
+        assert (d.nisland >= 1) == bool(islands), field
+
+
 def test_posture_target_matches_mj_differentiate_pos(rng):
     """The compiled configuration difference (free, ball, hinge joints) equals MuJoCo's."""
     xml = """<mujoco><worldbody>

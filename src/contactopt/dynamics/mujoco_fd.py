@@ -174,6 +174,31 @@ def ncon_field_offset(d: mujoco.MjData) -> int:
     return timer.ctypes.data - d._address + timer.strides[0] * timer.shape[0]
 
 
+def option_flags_offset(m: mujoco.MjModel) -> int:
+    """Byte offset in the ``mjModel`` struct of ``opt.disableflags`` (``opt.enableflags`` is the
+    ``int`` after it, ``mjmodel.h``), found by writing two bit patterns through the bindings and
+    scanning the struct's first 16 KiB for them; ``m.opt`` is restored.  The callers check it on
+    probe models.
+
+    Raises:
+      RuntimeError: no single offset holds the patterns.
+    """
+    base = m._address
+    old = m.opt.disableflags, m.opt.enableflags
+    try:
+        hits = range(0, 16384, 4)
+        for dis, ena in ((0x5A5A1234, 0x0F0F4321), (0x1234A5A5, 0x2468ACE1)):
+            m.opt.disableflags = dis
+            m.opt.enableflags = ena
+            hits = [o for o in hits if ctypes.c_int32.from_address(base + o).value == dis
+                    and ctypes.c_int32.from_address(base + o + 4).value == ena]
+    finally:
+        m.opt.disableflags, m.opt.enableflags = old
+    if len(hits) != 1:
+        raise RuntimeError(f"opt.disableflags found at {len(hits)} offsets of mjModel")
+    return hits[0]
+
+
 def pointer_field_offset(d: mujoco.MjData, address: int, start: int = 0) -> int:
     """Byte offset in the ``mjData`` struct of the pointer field that holds ``address``.
 

@@ -504,6 +504,9 @@ class GDDSolver:
             are computed here (``mj_fwdPosition`` + ``mj_fwdVelocity``: the one MuJoCo
             evaluation of the state); otherwise they must be current (after
             ``mj_step1`` or ``mj_forward``).  ``data`` is not otherwise modified.
+            The compiled step computes the stages without ``mj_island`` (the forward
+            solver's constraint partition, unused here): ``data.nisland`` is then 0,
+            which MuJoCo's forward solver handles with the same result.
           cost: a :class:`~contactopt.gdd.costs.Cost` or a single term.
           initial_qacc: ``(nv,)`` initial guess; default: the previous solution when
             warm starting, else ``data.qacc``.
@@ -745,6 +748,11 @@ class GDDSolver:
         ctx[K.CX_MODEL] = self.model._address
         ctx[K.CX_DATA] = data._address
         ctx[K.CX_DL:K.CX_DL + K.DL_N] = dl
+        flags = _flags_offset()
+        if flags is not None:  # the stages skip mj_island (see gdd_step)
+            ctx[K.CX_FLAGS] = self.model._address + flags
+            ctx[K.CX_ISLAND] = int(mujoco.mjtDisableBit.mjDSBL_ISLAND)
+            ctx[K.CX_SLEEP] = int(getattr(mujoco.mjtEnableBit, "mjENBL_SLEEP", 0))
         for slot, arr in arrays.items():
             want = _SLOT_TYPES[slot]
             if arr.dtype != want[0] or arr.ndim != want[1] or not arr.flags.c_contiguous:
@@ -1138,6 +1146,31 @@ def _measure_efc_layout():
             return None
         layout = cur
     return layout
+
+
+_FLAGS_OFFSET = []  # [byte offset of mjModel.opt.disableflags or None] once measured
+
+
+def _flags_offset():
+    """Byte offset in the ``mjModel`` struct of ``opt.disableflags`` (then ``enableflags``), or
+    None: the compiled step then runs ``mj_fwdPosition`` as it is (with ``mj_island``).
+    Measured once (:func:`~contactopt.dynamics.mujoco_fd.option_flags_offset`) on two probe
+    models of different sizes, which must agree."""
+    if not _FLAGS_OFFSET:
+        from ..dynamics import mujoco_fd as fd
+
+        off = None
+        try:
+            if fd.NATIVE:
+                a = fd.option_flags_offset(mujoco.MjModel.from_xml_string("<mujoco/>"))
+                b = fd.option_flags_offset(mujoco.MjModel.from_xml_string(
+                    "<mujoco><worldbody><body><freejoint/><geom size='0.1'/></body>"
+                    "<site name='s'/></worldbody></mujoco>"))
+                off = a if a == b else None
+        except Exception:  # noqa: BLE001  # pragma: no cover - another layout: keep mj_island
+            off = None
+        _FLAGS_OFFSET.append(off)
+    return _FLAGS_OFFSET[0]
 
 
 def _check_data(model, data) -> None:
