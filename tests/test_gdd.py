@@ -160,6 +160,21 @@ def test_kernel_cholesky_matches_numpy_and_rejects_indefinite_matrices():
     assert not K.cholesky(np.array([[np.nan]]), np.zeros((1, 1)))
 
 
+def test_kernel_gram_lower_triangle_matches_numpy():
+    """Q + Z Zᵀ from the rows of a wider workspace (columns past ncol hold garbage), every
+    remainder of a row's four-column blocks; nothing above the diagonal is written."""
+    rng = np.random.default_rng(4)
+    for nv, ncol in ((1, 1), (3, 5), (7, 0), (22, 29), (30, 40)):
+        Q = rng.normal(size=(nv, nv))
+        ZT = rng.normal(size=(nv, ncol + 7))
+        out = np.full((nv, nv), np.nan)
+        K._gram_lower(Q, ZT, ncol, out)
+        want = Q + ZT[:, :ncol] @ ZT[:, :ncol].T
+        low = np.tril_indices(nv)
+        np.testing.assert_allclose(out[low], want[low], rtol=1e-13, atol=1e-12)
+        assert np.isnan(out[np.triu_indices(nv, 1)]).all()
+
+
 def test_kernel_ldl_reproduces_mujocos_factor_and_solves():
     """``ldl_factor`` on MuJoCo's sparse ``d.M`` gives ``d.qLD`` / ``d.qLDiagInv`` (same algorithm,
     same layout); ``ldl_solve`` with it and ``ldl_dense`` of the dense M both solve M x = b."""
