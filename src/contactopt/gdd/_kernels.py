@@ -883,6 +883,28 @@ def _lagrangian_gradient(pb, wk, a, lam):
 
 
 @njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _reevaluate_multipliers_piece(pb, wk, a, lam, mu_lo, mu_hi, ell):
+    """:func:`_reevaluate_multipliers` when ``wk.P`` is ``P = ∂g/∂a`` at ``a`` (built by
+    :func:`_build_hessian` at this ``a``: with elliptic cones it depends on ``a``, not only on
+    the states).  With ``a`` fixed only ``∇_g L`` changes, and
+    ``∇L = P ∇_g L + …`` moves by ``P Δ(∇_g L)``; the change is nonzero on the columns of the
+    constraint rows only — no product with ``M`` and ``J``."""
+    nv = a.shape[0]
+    phi = 0.5 * _dot(wk.g, wk.y) + ell + _constraint_terms(pb, wk, lam, mu_lo, mu_hi)
+    old = wk.tmp_nv
+    for k in range(nv):
+        old[k] = wk.gradg[k]
+    _gradient_in_g(pb, wk, lam)
+    P = wk.P
+    for k in range(nv):
+        dk = wk.gradg[k] - old[k]
+        if dk != 0.0:
+            for r in range(nv):
+                wk.grad[r] += P[k, r] * dk  # (P symmetric: its row k is its column k)
+    return phi
+
+
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
 def _gradient_in_g(pb, wk, lam):
     """``∇_g L = y + Ceqᵀ(λ + ρ h) + Cboxᵀ ν`` into ``wk.gradg`` (sparse rows)."""
     nv = wk.gradg.shape[0]
@@ -2311,7 +2333,11 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
                         if (fe > tol_feas or fb > tol_feas) and duals < max_dual and \
                                 _dual_newton(pb, wk, _pinned(wk), lam, mu_lo, mu_hi, True):
                             duals += 1
-                            phi = _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell)
+                            if factored == 1:  # wk.P was just built at this a
+                                phi = _reevaluate_multipliers_piece(pb, wk, a, lam, mu_lo, mu_hi,
+                                                                    ell)
+                            else:
+                                phi = _reevaluate_multipliers(pb, wk, a, lam, mu_lo, mu_hi, ell)
                             continue
                     for k in range(nv):
                         dvec[k] = -wk.grad[k]
