@@ -1038,10 +1038,28 @@ def _build_hessian(pb, wk):
     m2 = pb.Ka2.shape[0]
     P = wk.P
     Hm = wk.Hm
+    # P = M + Jᵀ H J.  The rows with a diagonal H (all but elliptic cones) as the Gram matrix
+    # of the rows √h_i J_i: stored transposed (JT, nv × rows, in the scratch that the later
+    # steps take in turn), the lower triangle by _gram_lower, then mirrored.
+    JT = _take2(wk.scr, 0, nv, nefc)[0]
+    na = 0
+    i = 0
+    while i < nefc:
+        if pb.kind[i] == ROW_CONE and wk.state[i] == STATE_CONE:
+            i += pb.cdim[i]
+            continue
+        hi_ = wk.hdiag[i]
+        if hi_ > 0.0:
+            sh = math.sqrt(hi_)
+            for k in range(nv):
+                JT[k, na] = sh * J[i, k]
+            na += 1
+        i += 1
+    _gram_lower(M, JT, na, P)
     for r in range(nv):
-        for k in range(nv):
-            P[r, k] = M[r, k]
-    # P += Jᵀ H J over the nonzero columns of each row
+        for k in range(r):
+            P[k, r] = P[r, k]
+    # elliptic cones in their cone state: dense blocks over the rows' nonzero columns
     i = 0
     while i < nefc:
         if pb.kind[i] == ROW_CONE and wk.state[i] == STATE_CONE:
@@ -1059,15 +1077,6 @@ def _build_hessian(pb, wk):
                                 P[kp, kq] += jp * J[i + cc, kq]
             i += dim
             continue
-        hi_ = wk.hdiag[i]
-        if hi_ != 0.0:
-            # row axpys over the full row (vectorized; J is zero off its nonzero columns)
-            nnz = pb.jnnz[i]
-            for p in range(nnz):
-                kp = pb.jnz[i, p]
-                jp = J[i, kp] * hi_
-                for k in range(nv):
-                    P[kp, k] += jp * J[i, k]
         i += 1
     # Hm = Q + ZᵀZ with the rows of Z: X = D^(−½) L⁻ᵀ P (nv rows; P M⁻¹ P = XᵀX since P is
     # symmetric), √ρ_e Ceq_e P, √ρ_j Cbox_j P (box terms on) and the rows of K2.  Z is stored
