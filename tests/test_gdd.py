@@ -175,6 +175,19 @@ def test_kernel_gram_lower_triangle_matches_numpy():
         assert np.isnan(out[np.triu_indices(nv, 1)]).all()
 
 
+def test_kernel_forward_substitution_of_right_hand_side_rows():
+    """L⁻¹ applied to each row of XT (1 to 9 right-hand sides: every remainder of the groups
+    of four), against numpy."""
+    rng = np.random.default_rng(5)
+    for n in (1, 5, 22):
+        L = np.tril(rng.normal(size=(n, n)), -1) + np.diag(rng.uniform(0.5, 2.0, size=n))
+        for m in (1, 4, 6, 9):
+            XT = rng.normal(size=(m, n))
+            want = np.linalg.solve(L, XT.T).T
+            K._lower_solve_rhs_rows(L, XT)
+            np.testing.assert_allclose(XT, want, rtol=1e-11, atol=1e-11)
+
+
 def test_kernel_ldl_reproduces_mujocos_factor_and_solves():
     """``ldl_factor`` on MuJoCo's sparse ``d.M`` gives ``d.qLD`` / ``d.qLDiagInv`` (same algorithm,
     same layout); ``ldl_solve`` with it and ``ldl_dense`` of the dense M both solve M x = b."""

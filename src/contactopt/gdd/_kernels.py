@@ -572,6 +572,43 @@ def _lower_solve_rows(L, X):
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
+def _lower_solve_rhs_rows(L, XT):
+    """In place ``XT ← (L⁻¹ XTᵀ)ᵀ`` for ``XT (m, n)``: each row of ``XT`` a right-hand side.
+
+    Forward substitution ``x_i = (b_i − L_i,:i · x_:i) / L_ii`` as dot products of contiguous
+    row prefixes, four right-hand sides together (one load of ``L_ik`` for four sums): the
+    substitution of one right-hand side is a chain of latency-bound dot products.
+    """
+    n = L.shape[0]
+    m = XT.shape[0]
+    for i in range(n):
+        inv = 1.0 / L[i, i]
+        j = 0
+        while j + 4 <= m:
+            s0 = XT[j, i]
+            s1 = XT[j + 1, i]
+            s2 = XT[j + 2, i]
+            s3 = XT[j + 3, i]
+            for k in range(i):
+                lik = L[i, k]
+                s0 -= lik * XT[j, k]
+                s1 -= lik * XT[j + 1, k]
+                s2 -= lik * XT[j + 2, k]
+                s3 -= lik * XT[j + 3, k]
+            XT[j, i] = s0 * inv
+            XT[j + 1, i] = s1 * inv
+            XT[j + 2, i] = s2 * inv
+            XT[j + 3, i] = s3 * inv
+            j += 4
+        while j < m:
+            s0 = XT[j, i]
+            for k in range(i):
+                s0 -= L[i, k] * XT[j, k]
+            XT[j, i] = s0 * inv
+            j += 1
+
+
+@njit(cache=True, fastmath=FM, error_model="numpy")
 def _dot(x, y):
     s = 0.0
     for i in range(x.shape[0]):
@@ -1733,7 +1770,7 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
     if nA == 0:
         return True
     nk = kidx.shape[0]
-    Ct, o = _take2(wk.scr, 0, nv, nA)  # columns: (n_k P)ᵀ = P n_kᵀ
+    CT, o = _take2(wk.scr, 0, nA, nv)  # rows: C_k = n_k P
     tv, o = _take(wk.scr, o, nA)
     S, o = _take2(wk.scr, o, nA, nA)
     LS, o = _take2(wk.scr, o, nA, nA)
@@ -1769,24 +1806,16 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
                 t = pb.cb_idx[row, p]
                 cv = sign * pb.Cbox[row, t]
             for k in range(nv):
-                Ct[k, col] += cv * wk.P[t, k]
+                CT[col, k] += cv * wk.P[t, k]  # (P symmetric)
         col += 1
-    _lower_solve_rows(wk.LH, Ct)
+    _lower_solve_rhs_rows(wk.LH, CT)  # rows of L⁻¹ Cᵀ
     if with_grad:
         # t − C H⁻¹ ∇L = t − (L⁻¹Cᵀ)ᵀ (L⁻¹∇L)
         z = wk.tmp_nv
         _fwd_solve(wk.LH, wk.grad, z)
         for r in range(nA):
-            s_ = 0.0
-            for t in range(nv):
-                s_ += Ct[t, r] * z[t]
-            tv[r] -= s_
-    for t in range(nv):
-        for r in range(nA):
-            xr = Ct[t, r]
-            if xr != 0.0:
-                for k in range(nA):
-                    S[r, k] += xr * Ct[t, k]
+            tv[r] -= _dot(CT[r], z)
+    _gram_lower(S, CT, nv, S)  # S = C H⁻¹ Cᵀ (lower triangle; S is zero on entry)
     if nk > 0:
         for c in range(nk):
             for k in range(nv):
@@ -1798,7 +1827,7 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
                 for k in range(nk):
                     SK[r, k] += xr * XK[t, k]
                 for k in range(nA):
-                    B[r, k] += xr * Ct[t, k]
+                    B[r, k] += xr * CT[k, t]
         tr = 0.0
         for r in range(nk):
             tr = max(tr, SK[r, r])
@@ -1810,7 +1839,7 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
             for r in range(nk):
                 col_[r] = B[r, k]
             chol_solve(LK, col_, col_)
-            for r in range(nA):
+            for r in range(k, nA):
                 s_ = 0.0
                 for q_ in range(nk):
                     s_ += B[q_, r] * col_[q_]
