@@ -440,8 +440,8 @@ def cholesky(A, L):
     prefixes.  The entries of one column are independent, so four rows are summed together
     (:func:`_four_row_dots`): on small matrices the factor is bound by the latency of each
     dot product, which the row-by-row order chains one after the other (22×22: ~2.3×
-    faster).  No allocation; ``L`` must not alias ``A``; its strict upper
-    triangle is set to zero.
+    faster).  No allocation; ``L`` must not alias ``A``; its strict upper triangle is set
+    to zero.
     """
     n = A.shape[0]
     for j in range(n):
