@@ -561,10 +561,10 @@ def test_compiled_kinematics_pass_equals_python_loop_bit_for_bit(mixed_model, rn
     """The compiled per-stage MuJoCo loop of the batched evaluation (positions, the four
     Jacobian kinds) gives exactly the numbers of the Python loop."""
     import contactopt.costs as costs_module
+    from contactopt import native
     from contactopt.costs import _evaluate_stages
-    from contactopt.dynamics import mujoco_fd
 
-    if not mujoco_fd.NATIVE:
+    if not native.NATIVE:
         pytest.skip("compiled MuJoCo loops not available on this installation")
     model = mixed_model
     cost = StageCost(model, [
@@ -594,7 +594,7 @@ def test_compiled_kinematics_pass_equals_python_loop_bit_for_bit(mixed_model, rn
     # the gathered rows themselves
     points = [("site_xpos", 0), ("xpos", 2), ("xipos", 3), ("subtree_com", 0)]
     jacs = [("jac_site", 0), ("jac_body", 2), ("jac_bodycom", 3), ("jac_subtreecom", 1)]
-    P, J = mujoco_fd.native_kinematics(model, data, X, points, jacs)
+    P, J = native.native_kinematics(model, data, X, points, jacs)
     for i in range(N):
         d = mujoco.MjData(model)
         nq, nv = model.nq, model.nv

@@ -10,7 +10,8 @@ import pytest
 
 import contactopt
 from contactopt.errors import NonFiniteError, ParameterError
-from contactopt.gdd import (
+from contactopt.simulate import SimulationError
+from contactopt.solvers.gdd import (
     AccelerationTarget,
     CenterOfMassAcceleration,
     CenterOfPressure,
@@ -26,8 +27,7 @@ from contactopt.gdd import (
     Status,
     gdd_step,
 )
-from contactopt.gdd import _kernels as K
-from contactopt.simulate import SimulationError
+from contactopt.solvers.gdd import _kernels as K
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -193,8 +193,8 @@ def test_kernel_ldl_reproduces_mujocos_factor_and_solves():
     same layout); ``ldl_solve`` with it and ``ldl_dense`` of the dense M both solve M x = b."""
     import mujoco
 
-    from contactopt.gdd.problem import _full_inertia
     from contactopt.model import load_model
+    from contactopt.solvers.gdd.problem import _full_inertia
 
     rng = np.random.default_rng(5)
     for name in ("humanoid", "hand"):
@@ -885,7 +885,7 @@ def test_native_step_equals_the_step_staged_from_python(make, rng):
     """The native entry (stages and constraint rows read in the compiled call) gives bit for bit
     the results of the step whose stages and row views come from Python — also when a state has
     more constraint rows than any before (its outputs grow) and when the stages are given."""
-    from contactopt.gdd import solver as solver_module
+    from contactopt.solvers.gdd import solver as solver_module
 
     m, d = make()
     assert solver_module._efc_layout() is not None  # this installation runs the native entry
@@ -966,7 +966,7 @@ def test_posture_target_matches_mj_differentiate_pos(rng):
     xml = xml.replace('<joint type="hinge" axis="0 1 0"/>', '<joint name="j" type="hinge" axis="0 1 0"/>')
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
-    from contactopt.gdd.solver import _FastPlan
+    from contactopt.solvers.gdd.solver import _FastPlan
 
     for _ in range(5):
         q1 = rng.normal(size=m.nq)

@@ -11,9 +11,9 @@ import pytest
 
 import contactopt
 from contactopt.errors import NonFiniteError, ParameterError
-from contactopt.gdd import AccelerationTarget
-from contactopt.gdd.dataset import GDDDataset, record, replay
-from contactopt.gdd.sessions import (
+from contactopt.solvers.gdd import AccelerationTarget
+from contactopt.solvers.gdd.dataset import GDDDataset, record, replay
+from contactopt.solvers.gdd.sessions import (
     Drag,
     ReachSpec,
     auto_reach_spec,

@@ -8,21 +8,23 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from contactopt.errors import NonFiniteError, ParameterError, ShapeError
-from contactopt.idto import (
-    BandedHessian,
-    ContactModel,
+from contactopt.contact.compliant import (
+    CompliantContactModel,
     ContactParameters,
+    hunt_crossley_factor,
+    regularized_friction,
+    softplus_normal_force,
+)
+from contactopt.errors import NonFiniteError, ParameterError, ShapeError
+from contactopt.model import integrate_position, load_model
+from contactopt.solvers.idto import (
+    BandedHessian,
     IDTOProblem,
     IDTOSolver,
     SolverOptions,
     SolverStatus,
     gauss_newton_system,
-    hunt_crossley_factor,
-    regularized_friction,
-    softplus_normal_force,
 )
-from contactopt.model import integrate_position, load_model
 
 from conftest import dense_fd_jacobian
 
@@ -80,7 +82,7 @@ def test_contact_law_derivatives_match_finite_differences(rng):
 def test_contact_model_on_ball(rng):
     m = load_model("ball")
     params = ContactParameters(stiffness=1000.0, smoothing=0.001, dissipation_velocity=0.1, stiction_velocity=0.05, friction=0.5)
-    cm = ContactModel(m, params)
+    cm = CompliantContactModel(m, params)
     d = mujoco.MjData(m)
     # far away: no pairs, zero force
     d.qpos[:] = [0, 0, 1.1, 1, 0, 0, 0]
@@ -115,13 +117,13 @@ def test_contact_parameters_and_bodies_validation():
         with pytest.raises(ParameterError):
             ContactParameters(**bad)
     with pytest.raises(ParameterError, match="unknown body"):
-        ContactModel(m, bodies=["no_such_body"])
+        CompliantContactModel(m, bodies=["no_such_body"])
     # a filter that excludes the foot's body removes the foot contact
     d = mujoco.MjData(m)
     d.qpos[:] = m.key_qpos[0]
     d.qpos[1] -= 0.01
-    assert np.abs(ContactModel(m, bodies=["shank"]).generalized_force(d, np.zeros(5))).max() > 1
-    assert np.all(ContactModel(m, bodies=["torso"]).generalized_force(d, np.zeros(5)) == 0)
+    assert np.abs(CompliantContactModel(m, bodies=["shank"]).generalized_force(d, np.zeros(5))).max() > 1
+    assert np.all(CompliantContactModel(m, bodies=["torso"]).generalized_force(d, np.zeros(5)) == 0)
 
 
 # --------------------------------------------------------------------------- problem
@@ -129,7 +131,7 @@ def test_contact_parameters_and_bodies_validation():
 
 def _hopper_problem(T=4, **kw):
     m = load_model("hopper")
-    cm = ContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=1.0, stiction_velocity=0.05))
+    cm = CompliantContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=1.0, stiction_velocity=0.05))
     q0 = m.key_qpos[0].copy()
     qn = q0.copy()
     qn[0] += 0.3
@@ -182,7 +184,7 @@ def test_banded_hessian_and_gradient_match_dense_reference(name, rng):
     else:
         m = load_model("ball")
         q0 = np.array([0, 0, 0.098, 1, 0, 0, 0.0])
-        cm = ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.005, friction=0.5))
+        cm = CompliantContactModel(m, ContactParameters(stiffness=1000, smoothing=0.005, friction=0.5))
         pr = IDTOProblem(m, 3, 0.05, q0, v_init=[0.1, 0, 0, 0, 0, 0], Qq=1.0, Qv=0.5, R=0.1, Qf_q=10, contact=cm)
         q = [q0]
         for _ in range(3):
@@ -310,7 +312,7 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ShapeError):
         IDTOProblem(m, 5, 0.05, np.zeros(3))
     with pytest.raises(ParameterError, match="different MjModel"):
-        IDTOProblem(m, 5, 0.05, np.zeros(2), contact=ContactModel(load_model("acrobot")))
+        IDTOProblem(m, 5, 0.05, np.zeros(2), contact=CompliantContactModel(load_model("acrobot")))
     with pytest.raises(ParameterError):
         SolverOptions(initial_radius=0)
     with pytest.raises(ParameterError):
@@ -452,7 +454,7 @@ def test_solver_lowers_cost_with_each_backend(backend):
     qn[0] += 0.05
     kw = dict(q_nom=qn, Qq=[10, 10, 10, 0.1, 0.1], Qv=1.0, R=0.01, Qf_q=100.0, Qf_v=1.0)
     if backend == "compliant":
-        kw["contact"] = ContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=1.0))
+        kw["contact"] = CompliantContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=1.0))
     pr = IDTOProblem(m, T, 0.02, q0, backend=backend, **kw)
     assert pr.backend == backend
     res = IDTOSolver(pr, SolverOptions(max_iterations=8)).solve(np.tile(q0, (T + 1, 1)))
@@ -467,7 +469,7 @@ def test_backend_validation():
     with pytest.raises(ParameterError, match="backend"):
         IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="rigid")
     with pytest.raises(ParameterError, match="contact=None"):
-        IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="mujoco", contact=ContactModel(m))
+        IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="mujoco", contact=CompliantContactModel(m))
     with pytest.raises(ParameterError, match="convex_contact"):
         IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="convex", convex_contact="x")
 
@@ -516,26 +518,26 @@ def _contact_states(m, q0, rng, K, scale, vscale):
 
 @pytest.mark.parametrize("name", ["hopper", "ball", "spinner"])
 def test_contact_batch_matches_contact_model(name, rng):
-    from contactopt.idto.batch import ContactBatch
+    from contactopt.contact.compliant_batch import CompliantContactBatch
 
     m = load_model(name)
     if name == "hopper":
         q0 = m.key_qpos[0].copy()
         q0[1] -= 0.005
-        cms = [ContactModel(m, ContactParameters(stiffness=800, smoothing=0.01)),  # μ from MuJoCo
-               ContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=0.3), bodies=["torso"])]
+        cms = [CompliantContactModel(m, ContactParameters(stiffness=800, smoothing=0.01)),  # μ from MuJoCo
+               CompliantContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=0.3), bodies=["torso"])]
     elif name == "ball":
         q0 = np.array([0, 0, 0.097, 1, 0, 0, 0.0])
-        cms = [ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5))]
+        cms = [CompliantContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5))]
     else:
         q0 = np.array([0.3, 1.58, 0.0])  # fingertip touching the spinner
-        cms = [ContactModel(m, ContactParameters(stiffness=200, smoothing=0.01, friction=0.5))]
+        cms = [CompliantContactModel(m, ContactParameters(stiffness=200, smoothing=0.01, friction=0.5))]
     qs, vs = _contact_states(m, q0, rng, 12, 0.01, 0.2)
     qs[-1, :3] += 5.0  # far from everything (no pair in range) for the free ball / hopper / spinner
     d = mujoco.MjData(m)
     counts = []
     for cm in cms:
-        bf = ContactBatch(cm).forces(qs, vs, dv=True, dq=True)
+        bf = CompliantContactBatch(cm).forces(qs, vs, dv=True, dq=True)
         counts.append(int(bf.count[:-1].sum()))
         assert bf.F.shape == (12, m.nv) and bf.dFdq.shape == (12, m.nv, m.nv)
         for k in range(12):
@@ -550,7 +552,7 @@ def test_contact_batch_matches_contact_model(name, rng):
 
 
 def _central_dq(m, cb, q, v, eps=1e-6):
-    """Central differences of ContactBatch forces w.r.t. tangent perturbations, (K, nv, nv)."""
+    """Central differences of CompliantContactBatch forces w.r.t. tangent perturbations, (K, nv, nv)."""
     out = np.empty((q.shape[0], m.nv, m.nv))
     for i in range(m.nv):
         qp, qm = q.copy(), q.copy()
@@ -564,10 +566,10 @@ def _central_dq(m, cb, q, v, eps=1e-6):
 def test_analytic_contact_position_derivative(rng):
     """Closed-form ∂F/∂q: exact for spheres, capsules and planes (here a free ball sliding and
     spinning on the ground, a hopper foot, the spinner's capsule finger on its sphere)."""
-    from contactopt.idto.batch import ContactBatch
+    from contactopt.contact.compliant_batch import CompliantContactBatch
 
     m = load_model("ball")
-    cb = ContactBatch(ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5)))
+    cb = CompliantContactBatch(CompliantContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5)))
     q = np.array([[0, 0, 0.097, 1, 0, 0, 0.0], [0.1, -0.2, 0.101, 0.9, 0.1, -0.3, 0.2]])
     q[1, 3:] /= np.linalg.norm(q[1, 3:])
     for v in (np.zeros((2, 6)), np.array([[0.3, -0.1, -0.05, 1.0, 2.0, -0.5]] * 2)):
@@ -578,7 +580,7 @@ def test_analytic_contact_position_derivative(rng):
     for name, q0, k in (("hopper", None, 800.0), ("spinner", np.array([0.42, 1.3, 0.0]), 200.0)):
         m = load_model(name)
         q0 = m.key_qpos[0] - [0, 0.01, 0, 0, 0] if q0 is None else q0
-        cb = ContactBatch(ContactModel(m, ContactParameters(stiffness=k, smoothing=0.01, friction=0.7)))
+        cb = CompliantContactBatch(CompliantContactModel(m, ContactParameters(stiffness=k, smoothing=0.01, friction=0.7)))
         qs, vs = _contact_states(m, q0, rng, 6, 0.01, 0.5)
         bf = cb.forces(qs, vs, dq=True)
         fd = _central_dq(m, cb, qs, vs)
@@ -605,11 +607,11 @@ def test_analytic_contact_derivative_on_other_geometry():
     """Box corners on the ground are exact; a cylinder lying on the ground keeps only the
     signed-distance term (flagged not exact), and the default "auto" mode then falls back to
     finite differences and matches "fd"."""
-    from contactopt.idto.batch import ContactBatch
+    from contactopt.contact.compliant_batch import CompliantContactBatch
 
     m = mujoco.MjModel.from_xml_string(_CYLINDER_XML)
-    cm = ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5))
-    cb = ContactBatch(cm)
+    cm = CompliantContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5))
+    cb = CompliantContactBatch(cm)
     v = np.array([[0.2, 0.1, 0.0, 0.5, -0.3, 0.2]])
     box_only = np.array([[0, 0, 0.148, 1, 0, 0, 0.0]])  # box 2 mm into the floor, cylinder above
     both = np.array([[0, 0, 0.048, 0.99, 0.0, 0.1, 0.0]])
@@ -657,7 +659,7 @@ def test_batched_compliant_jacobian_matches_per_step_reference(mode, rng):
     lin = pr.linearize(q)
     tr = pr.trajectory(q)
     np.testing.assert_allclose(lin.tau, tr.tau, rtol=1e-12, atol=1e-9)
-    # the batched evaluation (mj_inverse + ContactBatch) equals the per-step reference path
+    # the batched evaluation (mj_inverse + CompliantContactBatch) equals the per-step reference path
     for t in range(pr.T):
         tau_t, fc_t = pr.inverse_dynamics(q[t + 1], tr.v[t + 1], tr.a[t])
         np.testing.assert_allclose(tr.tau[t], tau_t, rtol=1e-10, atol=1e-9)
@@ -691,12 +693,12 @@ def test_contact_derivatives_option_validation_and_solver():
 
 
 def test_contact_batch_bad_input():
-    from contactopt.idto.batch import ContactBatch
+    from contactopt.contact.compliant_batch import CompliantContactBatch
 
     m = load_model("hopper")
-    with pytest.raises(ParameterError, match="ContactModel"):
-        ContactBatch(m)
-    cb = ContactBatch(ContactModel(m))
+    with pytest.raises(ParameterError, match="CompliantContactModel"):
+        CompliantContactBatch(m)
+    cb = CompliantContactBatch(CompliantContactModel(m))
     with pytest.raises(ShapeError):
         cb.forces(np.zeros((3, m.nq + 1)), np.zeros((3, m.nv)))
     with pytest.raises(ShapeError):
@@ -722,10 +724,10 @@ _EDGES_XML = """
 
 def test_analytic_contact_derivative_cylinder_side_and_box_edge(rng):
     """Spheres against a rotating cylinder's side (a line core) and a rotating box's edge."""
-    from contactopt.idto.batch import ContactBatch
+    from contactopt.contact.compliant_batch import CompliantContactBatch
 
     m = mujoco.MjModel.from_xml_string(_EDGES_XML)
-    cb = ContactBatch(ContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5)))
+    cb = CompliantContactBatch(CompliantContactModel(m, ContactParameters(stiffness=1000, smoothing=0.003, friction=0.5)))
     q0 = m.qpos0.copy()
     q0[4] = 0.145  # sphere 1 on top of the cylinder (radius 0.1): 5 mm penetration
     q0[9:12] = [1.1 + 0.03, 0.0, 0.1 + 0.03]  # sphere 2 at the box's edge x = z = 0.1, along y
@@ -756,13 +758,13 @@ def test_native_collect_matches_python_loop(case, extra, rng, monkeypatch):
     """The compiled collection loop gives bit for bit the Python loop's contacts (with and without
     the geom frames of ``extra``), including configurations without contacts and a capacity
     overflow (the buffers grow mid-batch)."""
-    from contactopt.idto import batch as B
+    from contactopt.contact import compliant_batch as B
 
     if B._LAYOUT is None:
         pytest.skip("no native MuJoCo binding on this installation")
     _, m, q0, scale, far = _collect_models()[case]
-    cm = ContactModel(m, ContactParameters(stiffness=500, smoothing=0.02, friction=None))
-    cb = B.ContactBatch(cm)
+    cm = CompliantContactModel(m, ContactParameters(stiffness=500, smoothing=0.02, friction=None))
+    cb = B.CompliantContactBatch(cm)
     qs, vs = _contact_states(m, q0, rng, 14, scale, 0.2)
     calls = []
     kernel = B._collect_kernel
@@ -828,7 +830,10 @@ def test_native_collect_matches_python_loop(case, extra, rng, monkeypatch):
 
 
 def test_scalar_contact_laws_match_array_laws():
-    from contactopt.idto.contact import hunt_crossley_factor_scalar, softplus_normal_force_scalar
+    from contactopt.contact.compliant import (
+        hunt_crossley_factor_scalar,
+        softplus_normal_force_scalar,
+    )
 
     phi = np.concatenate([np.linspace(-0.5, 0.5, 41), [-1.0, -0.37, 0.0, 0.37, 1e-9, -1e-9]])
     f, df = softplus_normal_force(phi, 700.0, 0.01)
@@ -869,11 +874,11 @@ def test_native_forces_match_numpy_reference(name, friction, bodies, rng, monkey
     """The compiled force pass (NATIVE_FORCES) equals the NumPy reference to rounding: forces, ∂F/∂v,
     the closed-form ∂F/∂q (with its geometry classification and the exact flags), counts and dofs,
     for every combination of requested derivatives, with configurations out of contact."""
-    from contactopt.idto import batch as B
+    from contactopt.contact import compliant_batch as B
 
     m, q0, scale, far = _native_forces_cases()[name]
-    cm = ContactModel(m, ContactParameters(stiffness=600, smoothing=0.01, friction=friction), bodies=bodies)
-    cb = B.ContactBatch(cm)
+    cm = CompliantContactModel(m, ContactParameters(stiffness=600, smoothing=0.01, friction=friction), bodies=bodies)
+    cb = B.CompliantContactBatch(cm)
     qs, vs = _contact_states(m, q0, rng, 16, scale, 0.5)
     if far is not None:
         qs[5, far] += 5.0  # out of range of everything
@@ -900,10 +905,10 @@ def test_native_forces_match_numpy_reference(name, friction, bodies, rng, monkey
 
 
 def test_native_forces_without_contacts(monkeypatch):
-    from contactopt.idto import batch as B
+    from contactopt.contact import compliant_batch as B
 
     m = load_model("hopper")
-    cb = B.ContactBatch(ContactModel(m, ContactParameters(), bodies=["torso"]))
+    cb = B.CompliantContactBatch(CompliantContactModel(m, ContactParameters(), bodies=["torso"]))
     q = np.tile(m.key_qpos[0], (3, 1))
     q[:, 1] += 3.0
     for native in (False, True):

@@ -13,8 +13,8 @@ import pytest
 from contactopt.bench import get_benchmark
 from contactopt.bench import idto_bench as ib
 from contactopt.errors import ContactoptError, ParameterError
-from contactopt.idto import IDTOProblem
 from contactopt.model import load_model
+from contactopt.solvers.idto import IDTOProblem
 from contactopt.tasks.idto_tasks import ACROBOT, SPINNER
 
 ROW_KEYS = {"task": str, "nv": int, "steps": int, "iteration_ms": float, "derivatives_ms": float,

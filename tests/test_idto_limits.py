@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from contactopt.errors import ParameterError
-from contactopt.idto import IDTOProblem, IDTOSolver, SolverOptions
+from contactopt.solvers.idto import IDTOProblem, IDTOSolver, SolverOptions
 from contactopt.model import load_model
 
 from conftest import dense_fd_jacobian

@@ -135,7 +135,7 @@ def test_hand_ball_nominal_turns_the_ball_about_the_axis_in_the_holding_pose():
 
 
 def test_planner_rest_offset_carries_the_weight():
-    from contactopt.idto import softplus_normal_force
+    from contactopt.contact.compliant import softplus_normal_force
 
     cases = ((0.49, 100.0, 0.001), (0.49, 1000.0, 0.001), (5.4, 1000.0, 0.005), (50.0, 100.0, 1e-3))
     for weight, k, sigma in cases:

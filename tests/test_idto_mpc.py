@@ -6,7 +6,6 @@ import mujoco
 import numpy as np
 import pytest
 
-from contactopt.idto import IDTOProblem, SolverResult, SolverStatus
 from contactopt.model import actuation_map, load_model
 from contactopt.mpc import PlannerUpdate
 from contactopt.mpc.idto_planner import (
@@ -15,6 +14,7 @@ from contactopt.mpc.idto_planner import (
     feedforward_controls,
     resample_trajectory,
 )
+from contactopt.solvers.idto import IDTOProblem, SolverResult, SolverStatus
 
 
 def _random_plan(rng, m, T=6):
@@ -151,7 +151,7 @@ def test_failed_update_keeps_the_old_plan():
 def test_updates_restart_from_restart_radius_after_a_collapse_or_failure():
     """A converged first plan ends with a collapsed radius; the updates restart from
     ``restart_radius``, not from the cold solve's Δ_0."""
-    from contactopt.idto import SolverOptions
+    from contactopt.solvers.idto import SolverOptions
     m, pl = _acrobot_planner(options=SolverOptions(convergence=None, initial_radius=10.0),
                              restart_radius=0.05)
     x = np.zeros(4)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from contactopt import native
 from contactopt.bench.idto_bench import idto_tasks, open_loop_problem
-from contactopt.dynamics import mujoco_fd
-from contactopt.idto import problem as problem_module
+from contactopt.solvers.idto import problem as problem_module
 
 
 def _evaluate(problem, q, rng):
@@ -19,7 +19,7 @@ def _evaluate(problem, q, rng):
             "retract": problem.retract(q, dq)}
 
 
-@pytest.mark.skipif(not mujoco_fd.NATIVE, reason="no native MuJoCo calls in this installation")
+@pytest.mark.skipif(not native.NATIVE, reason="no native MuJoCo calls in this installation")
 @pytest.mark.parametrize("name", ["acrobot", "spinner", "hand-ball"])
 def test_native_rigid_terms_and_retraction_match_the_python_loops(name, monkeypatch):
     """``mj_inverse``/``mj_fullM``/``mjd_inverseFD`` per step and ``mj_integratePos`` per knot run

@@ -633,7 +633,7 @@ def test_result_helpers():
 
 def test_box_qp_kernel_matches_the_python_reference(rng):
     """The numba box QP makes the reference's decisions: same x, free set, status, iterations, factor."""
-    from contactopt.solvers import _ilqg_kernels as kernels
+    from contactopt.solvers.ilqg import kernels
 
     statuses = list(BoxQPStatus)
     active = 0
@@ -669,7 +669,7 @@ def test_box_qp_kernel_matches_the_python_reference(rng):
 
 def _random_linearization(rng, T, n, m, state_reg):
     from contactopt.costs import CostDerivatives
-    from contactopt.solvers.ilqg import _Linearization
+    from contactopt.solvers.ilqg.solver import _Linearization
 
     A = np.eye(n) + 0.1 * rng.normal(size=(T, n, n))
     B = 0.3 * rng.normal(size=(T, n, m))
@@ -689,7 +689,7 @@ def _random_linearization(rng, T, n, m, state_reg):
 @pytest.mark.parametrize("regularization", list(Regularization))
 @pytest.mark.parametrize("value_update", list(ValueUpdate))
 def test_compiled_backward_pass_equals_the_python_reference(regularization, value_update, rng):
-    from contactopt.solvers.ilqg import _backward_pass
+    from contactopt.solvers.ilqg.solver import _backward_pass
 
     T, n, m = 30, 12, 6
     s = ILQGSettings(regularization=regularization, value_update=value_update)
@@ -718,7 +718,7 @@ def test_compiled_backward_pass_equals_the_python_reference(regularization, valu
 
 @pytest.mark.parametrize("regularization", list(Regularization))
 def test_compiled_backward_pass_reports_non_pd_quu_like_the_reference(regularization, rng):
-    from contactopt.solvers.ilqg import _backward_pass
+    from contactopt.solvers.ilqg.solver import _backward_pass
 
     T, n, m = 10, 5, 3
     s = ILQGSettings(regularization=regularization)
@@ -737,7 +737,7 @@ def test_solve_with_compiled_backward_pass_equals_reference_solve(settings, smal
     """A whole control-limited MuJoCo solve is unchanged (to roundoff) by the compiled backward pass."""
     import functools
 
-    from contactopt.solvers import ilqg as ilqg_module
+    from contactopt.solvers.ilqg import solver as ilqg_module
 
     model = small_model
     cost = TrajectoryCost(StageCost(model, [CostTerm(Control(model), Quadratic(), 0.001),
@@ -769,7 +769,7 @@ def test_solve_with_compiled_backward_pass_equals_reference_solve(settings, smal
 # --------------------------------------------------------------------------- compiled MuJoCo loops
 
 
-@pytest.mark.skipif(not __import__("contactopt.dynamics.mujoco_fd", fromlist=["NATIVE"]).NATIVE,
+@pytest.mark.skipif(not __import__("contactopt.native", fromlist=["NATIVE"]).NATIVE,
                     reason="compiled MuJoCo loops not available on this installation")
 def test_compiled_rollout_and_derivatives_equal_python_loops_bit_for_bit(small_model, rng, monkeypatch):
     model = small_model

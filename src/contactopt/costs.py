@@ -145,13 +145,36 @@ class Norm(abc.ABC):
         out[..., idx, idx] = d
         return out
 
+    def least_squares(self, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The norm as a sum of squares, for Gauss-Newton solvers that minimize ``½‖ρ‖²``.
+
+        Returns ``(ρ (..., m), ∂ρ/∂r (..., m, m))`` with ``½ ρᵀρ = n(r)`` and
+        ``(∂ρ/∂r)ᵀ ρ = ∂n/∂r`` exactly; ``(∂ρ/∂r)ᵀ(∂ρ/∂r)`` is the Gauss-Newton curvature
+        (equal to ``∂²n/∂r²`` for :class:`Quadratic`, and at ``r = 0`` for every built-in norm).
+        A norm that has no such form raises :class:`~contactopt.errors.ParameterError`.
+        """
+        raise ParameterError(f"norm {type(self).__name__} has no least-squares form; implement "
+                             "least_squares(r) -> (rho, drho_dr) to use it with a least-squares planner")
+
     def __repr__(self) -> str:  # pragma: no cover - cosmetic
         params = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({params})"
 
 
+def _diagonal_jacobian(d: np.ndarray) -> np.ndarray:
+    """``(..., m) → (..., m, m)`` diagonal matrices."""
+    out = np.zeros(d.shape + (d.shape[-1],))
+    idx = np.arange(d.shape[-1])
+    out[..., idx, idx] = d
+    return out
+
+
 class Quadratic(Norm):
-    """``n(r) = ½ rᵀr``; gradient ``r``; Hessian ``I``."""
+    """``n(r) = ½ rᵀr``; gradient ``r``; Hessian ``I``; least-squares form ``ρ = r``."""
+
+    def least_squares(self, r):
+        r = np.asarray(r, dtype=float)
+        return r.copy(), _diagonal_jacobian(np.ones_like(r))
 
     def value(self, r):
         r = np.asarray(r, dtype=float)
@@ -193,6 +216,13 @@ class SmoothAbs(Norm):
         s = np.sqrt(r * r + a2)
         return a2 / (s * s * s)
 
+    def least_squares(self, r):
+        """``ρ_j = r_j √(2/(s_j + α))`` (so ``½ρ_j² = s_j − α``), ``∂ρ_j/∂r_j = √((s_j + α)/2)/s_j``."""
+        r = np.asarray(r, dtype=float)
+        a = self.alpha
+        s = np.sqrt(r * r + a * a)
+        return r * np.sqrt(2.0 / (s + a)), _diagonal_jacobian(np.sqrt(0.5 * (s + a)) / s)
+
 
 class Cosh(Norm):
     """Control-limiting cost, summed over components: ``n(r) = Σ_j α² (cosh(r_j/α) − 1)``.
@@ -224,6 +254,13 @@ class Cosh(Norm):
         r = np.asarray(r, dtype=float)
         with np.errstate(over="ignore"):
             return np.cosh(r / self.alpha)
+
+    def least_squares(self, r):
+        """``ρ_j = 2α sinh(r_j/2α)`` (so ``½ρ_j² = α²(cosh(r_j/α) − 1)``), ``∂ρ_j/∂r_j = cosh(r_j/2α)``."""
+        r = np.asarray(r, dtype=float)
+        a = self.alpha
+        with np.errstate(over="ignore"):
+            return 2.0 * a * np.sinh(r / (2.0 * a)), _diagonal_jacobian(np.cosh(r / (2.0 * a)))
 
 
 class L2(Norm):
@@ -263,6 +300,17 @@ class L2(Norm):
         r = np.asarray(r, dtype=float)
         s = self._s(r)[..., None]
         return 1.0 / s - r * r / s ** 3
+
+    def least_squares(self, r):
+        """``ρ = c r`` with ``c = √(2/(s + p))`` (so ``½‖ρ‖² = s − p``) and
+        ``∂ρ/∂r = c I − c r rᵀ / (2 s (s + p))``."""
+        r = np.asarray(r, dtype=float)
+        p = self.p
+        s = self._s(r)[..., None]
+        c = np.sqrt(2.0 / (s + p))
+        eye = np.eye(r.shape[-1])
+        J = c[..., None] * eye - (c / (2.0 * s * (s + p)))[..., None] * r[..., :, None] * r[..., None, :]
+        return c * r, J
 
 
 # =========================================================================== residuals
@@ -349,6 +397,10 @@ class OneSidedQuadratic(Norm):
     def hessian_diagonal(self, r):
         r = np.asarray(r, dtype=float)
         return ((r > 0.0) if self.upper else (r < 0.0)).astype(float)
+
+    def least_squares(self, r):
+        """``ρ = min(r, 0)`` (``max(r, 0)`` with ``upper``), ``∂ρ/∂r = diag(1 where violated)``."""
+        return self._violation(r), _diagonal_jacobian(self.hessian_diagonal(r))
 
 
 class Residual(abc.ABC):
@@ -702,7 +754,8 @@ class CenterOfMassVelocity(Residual):
 
 
 class Qpos(Residual):
-    """Configuration error on the manifold: ``r = (q ⊖ q_target)[dofs]`` (rad or m), size ``len(dofs)``.
+    """Configuration error on the manifold: ``r = (q ⊖ q_target)[dofs]`` (rad or m), size ``len(dofs)``
+    (the angle of an unlimited hinge wrapped into ``(−π, π]``, see ``wrap``).
 
     ``q ⊖ q_target`` is ``mj_differentiatePos(q_target → q)``: hinge/slide differences,
     free-joint translations in the world frame, and for quaternions (ball, free) the
@@ -718,10 +771,16 @@ class Qpos(Residual):
       joints: joints (names or indices) whose DoFs to keep; default all.  Mutually
         exclusive with ``dofs``.
       dofs: velocity-space indices to keep.
+      wrap: ``"auto"`` (default) wraps the error of every hinge without a range limit into
+        ``(−π, π]`` — such a hinge's configuration space is the circle, where ``θ`` and
+        ``θ + 2π`` are one configuration (as quaternion errors already are); ``True`` wraps
+        every selected hinge, ``False`` none (the plain difference, e.g. to count turns).
     """
 
-    def __init__(self, model, target=None, *, joints=None, dofs=None, name: str = "qpos"):
+    def __init__(self, model, target=None, *, joints=None, dofs=None, name: str = "qpos", wrap="auto"):
         super().__init__(model, 0, name)
+        if wrap not in ("auto", True, False):
+            raise ParameterError(f"{name}: wrap must be 'auto', True or False, got {wrap!r}")
         self.target = (model.qpos0.copy() if target is None
                        else as_array(f"{name} target", target, (model.nq,)).copy())
         mujoco.mj_normalizeQuat(model, self.target)
@@ -740,6 +799,11 @@ class Qpos(Residual):
         # batched over stages when every selected DoF is a plain coordinate (hinge, slide or a
         # free joint's translation): there ``(q ⊖ q_target)_dof = q[qadr] − q_target[qadr]`` and
         # the Jacobian row is the unit vector of the DoF
+        hinge = model.jnt_type[model.dof_jntid[self.dofs]] == int(mujoco.mjtJoint.mjJNT_HINGE)
+        if wrap == "auto":
+            hinge &= ~model.jnt_limited[model.dof_jntid[self.dofs]].astype(bool)
+        #: positions in the residual whose error is wrapped into (−π, π]
+        self.wrapped = np.flatnonzero(hinge) if wrap is not False else np.zeros(0, dtype=np.intp)
         self._qidx = _linear_qpos_index(model, self.dofs)
         if self._qidx is not None:
             self._jx = np.zeros((self.size, self.ndx))
@@ -749,6 +813,8 @@ class Qpos(Residual):
         nq, nv = self.model.nq, self.nv
         mujoco.mj_differentiatePos(self.model, self._diff, 1.0, self.target, x[:nq])
         r = self._diff[self.dofs].copy()
+        if self.wrapped.size:
+            r[self.wrapped] = _wrap_angle(r[self.wrapped])
         if not jacobian:
             return r, None, None
         jq = np.eye(nv)
@@ -763,9 +829,16 @@ class Qpos(Residual):
 
     def batch_evaluate(self, kin, X, U, jacobian):
         r = X[:, self._qidx] - self.target[self._qidx]
+        if self.wrapped.size:
+            r[:, self.wrapped] = _wrap_angle(r[:, self.wrapped])
         if not jacobian:
             return r, None, None
         return r, np.broadcast_to(self._jx, (X.shape[0],) + self._jx.shape).copy(), None
+
+
+def _wrap_angle(a: np.ndarray) -> np.ndarray:
+    """Angles ``a`` [rad] wrapped into ``(−π, π]``."""
+    return np.pi - np.mod(np.pi - a, 2.0 * np.pi)
 
 
 def _linear_qpos_index(model, dofs):
@@ -1162,6 +1235,60 @@ class StageCost:
         l, lx, lu, lxx, luu, lux = _evaluate_stages(self, self._data, X, U, derivatives=True)
         return StageDerivatives(float(l[0]), lx[0], lu[0], lxx[0], luu[0], lux[0])
 
+    @property
+    def num_rows(self) -> int:
+        """Rows of :meth:`least_squares`: the residual sizes summed over the terms."""
+        return sum(t.residual.size for t in self.terms)
+
+    def least_squares(self, X, U=None, *, derivatives: bool = True, row_offset: int = 0):
+        """The cost at ``N`` stages as stacked least-squares rows, ``ℓ(x_i, u_i) = ½‖ρ_i‖²``.
+
+        Term ``k`` contributes the rows ``ρ_k = √w_k ρ̂_k(r_k)``, with ``ρ̂`` its norm's
+        :meth:`Norm.least_squares` form, and the Jacobians ``√w_k (∂ρ̂/∂r) J_x`` and
+        ``√w_k (∂ρ̂/∂r) J_u``: the form a Gauss-Newton planner (IDTO) consumes.  Its gradient
+        ``Jᵀρ`` is exactly that of :meth:`evaluate`; its Gauss-Newton Hessian ``JᵀJ`` equals
+        :meth:`evaluate`'s for quadratic norms.
+
+        Args:
+          X: ``(N, nx)`` states; U: ``(N, nu)`` controls or None (no control terms then).
+          derivatives: whether to return the Jacobians.
+          row_offset: added to stage indices in error messages.
+
+        Returns:
+          ``(rho (N, M), Jx (N, M, ndx) | None, Ju (N, M, nu) | None)``, ``M =``
+          :attr:`num_rows` (Jacobians None without ``derivatives``; ``Ju`` None without ``U``).
+
+        Raises:
+          NonFiniteError: a residual is not finite (names the term and the stage).
+          ParameterError: a norm without a least-squares form, or a control term without ``U``.
+        """
+        X = as_array("X", X, (None, self.nx))
+        N = X.shape[0]
+        if U is not None:
+            U = as_array("U", U, (N, self.nu))
+        R, JX, JU = _stage_residuals(self, self._data, X, U, derivatives, row_offset)
+        M = self.num_rows
+        rho = np.zeros((N, M))
+        Jx = np.zeros((N, M, self.ndx)) if derivatives else None
+        Ju = np.zeros((N, M, self.nu)) if derivatives and U is not None else None
+        row = 0
+        for k, t in enumerate(self.terms):
+            m = t.residual.size
+            rows = slice(row, row + m)
+            row += m
+            if t.weight == 0.0:
+                continue
+            sw = math.sqrt(t.weight)
+            rk, Dk = t.norm.least_squares(R[k])
+            rho[:, rows] = sw * rk
+            if not derivatives:
+                continue
+            if JX[k] is not None:
+                Jx[:, rows] = sw * (Dk @ JX[k])
+            if Ju is not None and JU[k] is not None:
+                Ju[:, rows] = sw * (Dk @ JU[k])
+        return rho, Jx, Ju
+
     def __repr__(self) -> str:  # pragma: no cover - cosmetic
         inner = ", ".join(f"{t.weight:g}·{type(t.norm).__name__}({t.name})" for t in self.terms)
         return f"StageCost({inner})"
@@ -1196,31 +1323,28 @@ NATIVE_KINEMATICS = True
 
 
 def _native_kinematics():
-    """:func:`contactopt.dynamics.mujoco_fd.native_kinematics` (compiled per-stage MuJoCo loop), or
+    """:func:`contactopt.native.native_kinematics` (compiled per-stage MuJoCo loop), or
     None when :data:`NATIVE_KINEMATICS` is off or the loop is not available on this installation.
     (Imported on first use: loading the compiled loops binds MuJoCo's library.)"""
     if not NATIVE_KINEMATICS:
         return None
-    from .dynamics import mujoco_fd
+    from . import native
 
-    return mujoco_fd.native_kinematics if mujoco_fd.NATIVE else None
+    return native.native_kinematics if native.NATIVE else None
 
 
-def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.ndarray | None,
+def _stage_residuals(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.ndarray | None,
                      derivatives: bool, row_offset: int = 0, batched: bool = True):
-    """Evaluate a stage cost at ``N`` states ``X (N, nx)`` and controls ``U (N, nu)`` (or None).
+    """Every term's residual (and Jacobians) at ``N`` states ``X (N, nx)`` and controls ``U (N, nu)``.
 
-    Per stage only the MuJoCo work is done (``mj_kinematics``, ``mj_comPos``, copies of
-    the positions and the translational Jacobians the residuals request, see
-    :meth:`Residual.batch_requests`); residuals that support it are then evaluated for
-    all stages at once (:meth:`Residual.batch_evaluate`), the others stage by stage.
-    Norms and the Gauss-Newton products are batched over stages.  ``batched=False``
-    evaluates every residual stage by stage (the reference the tests compare with).
-    Without stage-by-stage residuals the per-stage MuJoCo work runs as one compiled loop
-    (:func:`contactopt.dynamics.mujoco_fd.native_kinematics`, the same numbers).
+    The MuJoCo and residual half of :func:`_evaluate_stages` (its docstring says how the work
+    is batched).  Returns three lists over the terms: ``R[k] (N, m_k)``, ``JX[k] (N, m_k, ndx)``
+    and ``JU[k] (N, m_k, nu)`` (Jacobians None when ``derivatives`` is false or where they are
+    identically zero).
 
-    Returns ``(l (N,), lx (N, ndx), lu (N, nu), lxx (N, ndx, ndx), luu (N, nu, nu),
-    lux (N, nu, ndx))`` (derivative arrays None unless ``derivatives``).
+    Raises:
+      NonFiniteError: a residual is not finite (names the term and the stage).
+      ParameterError: a control-dependent term without a control.
     """
     model = cost.model
     N = X.shape[0]
@@ -1306,6 +1430,29 @@ def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
             raise NonFiniteError(
                 f"cost term {t.name}: residual is not finite at stage {i + row_offset} "
                 f"(value {R[k][i]})")
+    return R, JX, JU
+
+
+def _evaluate_stages(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.ndarray | None,
+                     derivatives: bool, row_offset: int = 0, batched: bool = True):
+    """Evaluate a stage cost at ``N`` states ``X (N, nx)`` and controls ``U (N, nu)`` (or None).
+
+    Per stage only the MuJoCo work is done (``mj_kinematics``, ``mj_comPos``, copies of
+    the positions and the translational Jacobians the residuals request, see
+    :meth:`Residual.batch_requests`); residuals that support it are then evaluated for
+    all stages at once (:meth:`Residual.batch_evaluate`), the others stage by stage.
+    Norms and the Gauss-Newton products are batched over stages.  ``batched=False``
+    evaluates every residual stage by stage (the reference the tests compare with).
+    Without stage-by-stage residuals the per-stage MuJoCo work runs as one compiled loop
+    (:func:`contactopt.native.native_kinematics`, the same numbers).
+
+    Returns ``(l (N,), lx (N, ndx), lu (N, nu), lxx (N, ndx, ndx), luu (N, nu, nu),
+    lux (N, nu, ndx))`` (derivative arrays None unless ``derivatives``).
+    """
+    N = X.shape[0]
+    ndx, nu = cost.ndx, cost.nu
+    terms = cost.terms
+    R, JX, JU = _stage_residuals(cost, data, X, U, derivatives, row_offset, batched)
     l = np.zeros(N)
     if not derivatives:
         for k, t in enumerate(terms):

@@ -3,11 +3,11 @@
 For each model (the humanoid and the hand, or each ``--model``):
 
 1. a dataset of 20,000 records is recorded from scripted goal-directed sessions
-   (:func:`contactopt.gdd.dataset.record`: the ``humanoid-reach`` / ``hand-reach``
+   (:func:`contactopt.solvers.gdd.dataset.record`: the ``humanoid-reach`` / ``hand-reach``
    sessions; any other MJCF gets goals on the 2–3 bodies farthest along its kinematic
    tree and keeps its own floor contacts).  ``--model FILE.npz`` replays a dataset
-   saved with ``python -m contactopt.gdd.dataset record``;
-2. the records are replayed offline (:func:`contactopt.gdd.dataset.replay`) on one
+   saved with ``python -m contactopt.solvers.gdd.dataset record``;
+2. the records are replayed offline (:func:`contactopt.solvers.gdd.dataset.replay`) on one
    thread: µs per step of ``forward`` (``mj_forward``), ``goal-directed`` (the GDD solve
    including its one MuJoCo evaluation) and ``goal-directed + forward`` (plus the
    warm-started forward check) — the first table; ``ratio = gdd_us / forward_us`` is
@@ -60,7 +60,7 @@ TARGETS = {
 def _records_default() -> int:
     text = os.environ.get("CONTACTOPT_GDD_RECORDS")
     if not text:
-        from ..gdd.dataset import DEFAULT_RECORDS
+        from ..solvers.gdd.dataset import DEFAULT_RECORDS
 
         return DEFAULT_RECORDS
     try:
@@ -85,15 +85,15 @@ def benchmark_model(model: str, *, records: int | None = None, seconds: float | 
       progress: progress bars (None: only on a terminal).
 
     Returns:
-      the :func:`contactopt.gdd.dataset.replay` dict plus ``name``, ``nv``, ``nu``,
+      the :func:`contactopt.solvers.gdd.dataset.replay` dict plus ``name``, ``nv``, ``nu``,
       ``record_seconds``, ``sessions_fell``, ``sessions_succeeded``, ``paper`` and ``targets``.
 
     Raises:
       ParameterError: no actuators, no body to put a goal on, a bad dataset.
       ModelNotFoundError / ModelLoadError: the model cannot be found or compiled.
     """
-    from ..gdd.dataset import GDDDataset, record, replay
     from ..model import load_model, model_name
+    from ..solvers.gdd.dataset import GDDDataset, record, replay
 
     t0 = time.perf_counter()
     if str(model).lower().endswith(".npz"):

@@ -14,7 +14,7 @@ builds it, the problem's Jacobian workers set to ``os.cpu_count()``:
    ``DIR/idto_convergence_<task>.png`` (cost and violation against iteration, log scale).
 2. **Time per iteration** (the paper's Fig. 4): medians over those iterations (the ones that
    linearized; a rejected step's retry only evaluates a trial point) of the
-   :class:`~contactopt.idto.IterationLog` times — ``derivatives`` (residual + Jacobian),
+   :class:`~contactopt.solvers.idto.IterationLog` times — ``derivatives`` (residual + Jacobian),
    ``hessian`` (Gauss–Newton assembly and scaling), ``factorization`` (banded Cholesky,
    multipliers and dogleg) and ``rest`` (the trial point's evaluation).  The top-level keys
    are the penalty method's; ``methods`` holds both.
@@ -29,8 +29,8 @@ builds it, the problem's Jacobian workers set to ``os.cpu_count()``:
    guess, so quaternions become an unconstrained vector — handed to ``scipy.optimize.least_squares``
    (``"trf"``) and to ``mujoco.minimize.least_squares`` twice: as a user with a residual function
    gets them (their own finite-difference Jacobians: the headline ``*_time_ratio``), and with our
-   analytic Jacobian (:meth:`~contactopt.idto.IDTOProblem.linearize` →
-   :meth:`~contactopt.idto.IDTOProblem.dense_jacobian`, times the retraction's Jacobian;
+   analytic Jacobian (:meth:`~contactopt.solvers.idto.IDTOProblem.linearize` →
+   :meth:`~contactopt.solvers.idto.IDTOProblem.dense_jacobian`, times the retraction's Jacobian;
    ``*_shared_jacobian_time_ratio``), started from the same guess and timed until a residual
    evaluation reaches the cost our solver reaches in ``compare_iterations`` (10) iterations
    (our time: the fastest of three identical solves).
@@ -44,7 +44,7 @@ than both generic solvers to the same cost.  ``run(quick=True)`` shortens every 
 iteration count (for tests; also ``CONTACTOPT_IDTO_BENCH_QUICK=1``).
 
 Dense linear algebra runs on one OpenBLAS thread throughout
-(:func:`contactopt.idto._blas.single_threaded_blas`) for every
+(:func:`contactopt.solvers.idto._blas.single_threaded_blas`) for every
 solver alike: on a shared 2-core machine a multi-threaded OpenBLAS waits on busy cores (an SVD
 that takes 8 ms on one thread was measured at 0.8 s), which would distort the comparison.
 """
@@ -60,8 +60,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ContactoptError, ParameterError
-from ..idto._blas import single_threaded_blas
 from ..progress import progress_bar
+from ..solvers.idto._blas import single_threaded_blas
 from . import Benchmark, format_table, register_benchmark
 
 __all__ = ["run", "table", "idto_tasks", "benchmark_task", "open_loop_problem", "convergence",
@@ -180,7 +180,7 @@ def _options(planner, method: str):
 
 
 def iteration_breakdown(log) -> dict:
-    """Median milliseconds per iteration of a list of :class:`~contactopt.idto.IterationLog`.
+    """Median milliseconds per iteration of a list of :class:`~contactopt.solvers.idto.IterationLog`.
 
     Returns:
       ``{"iteration_ms", "derivatives_ms", "hessian_ms", "factorization_ms", "rest_ms"}``
@@ -216,7 +216,7 @@ def convergence(planner, q_guess, iterations: int, methods=METHODS) -> dict:
       ``violation[k]`` at the iterate before step ``k``, the last entry after the final step
       (``K = iterations``); the violation is ``max_t ‖Zᵀτ_t‖∞`` [N or N·m].
     """
-    from ..idto import IDTOSolver
+    from ..solvers.idto import IDTOSolver
 
     out = {}
     for method in methods:
@@ -247,7 +247,7 @@ def our_solve_time(planner, q_guess, iterations: int = 10, repeats: int = 3) -> 
       ``{"seconds", "cost", "iterations", "q"}``: ``cost`` is ``½‖r(q)‖²`` of the result ``q``
       (``(T+1, nq)``), the target the generic solvers race to.
     """
-    from ..idto import IDTOSolver
+    from ..solvers.idto import IDTOSolver
 
     best = math.inf
     for _ in range(max(1, int(repeats))):
@@ -316,7 +316,7 @@ def generic_least_squares(problem, q_guess, target_cost: float, *, solver: str =
     tolerances, no progress).
 
     Args:
-      problem: an :class:`~contactopt.idto.IDTOProblem` (its residual is the one minimized).
+      problem: an :class:`~contactopt.solvers.idto.IDTOProblem` (its residual is the one minimized).
       q_guess: ``(T+1, nq)`` starting trajectory (``q_guess[0] = q_init``).
       target_cost: cost to reach.
       solver: ``"scipy"`` (``scipy.optimize.least_squares``, ``method="trf"``, dense exact

@@ -9,6 +9,11 @@
   model: forward ``(q, w, u) → (q⁺, w⁺)``, inverse ``(q, w, w⁺) → u``, and the
   stepper behind ``simulate(..., contact="convex")``.
 * :mod:`.reference` — the exact conic problem 13 solved by Clarabel (optional).
+* :mod:`.compliant` — IDTO's compliant contact model: :class:`~.compliant.ContactParameters`,
+  :class:`~.compliant.CompliantContactModel` (softplus normal force, smoothed Hunt–Crossley
+  dissipation, regularized friction); :mod:`.compliant_batch` —
+  :class:`~.compliant_batch.CompliantContactBatch`, its forces (and ``∂F/∂v``, the analytic
+  ``∂F/∂q``) of many configurations at once (imported from their modules).
 """
 
 from .convex import (

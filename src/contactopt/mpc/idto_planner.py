@@ -7,7 +7,7 @@ The seed paper's contact-implicit MPC (section VI-D):
   resamples the previous solution at the new knot times ``t + k h`` (``k = 0 … T``) with
   ``q_guess[0] = q`` (the fixed initial configuration), optionally re-anchors the nominal
   trajectory at the measured state, and runs ``iterations_per_update`` (default 1)
-  iterations keeping the trust radius (:meth:`~contactopt.idto.IDTOSolver.warm_start`);
+  iterations keeping the trust radius (:meth:`~contactopt.solvers.idto.IDTOSolver.warm_start`);
 * the plan becomes cubic splines (C², not-a-knot: :class:`UniformCubicSpline`, SciPy's
   ``CubicSpline`` computed with one precomputed matrix product) of ``q``,
   ``v`` and the feedforward control ``u_ff``, tracked between updates at the plant rate by
@@ -39,8 +39,8 @@ import numpy as np
 from scipy.interpolate import CubicSpline
 
 from ..errors import ContactoptError, ParameterError, as_array, check_positive
-from ..idto import IDTOProblem, IDTOSolver, SolverOptions, SolverResult, SolverStatus
 from ..model import actuation_map
+from ..solvers.idto import IDTOProblem, IDTOSolver, SolverOptions, SolverResult, SolverStatus
 from .policy import Policy
 from .runner import PlannerUpdate
 
@@ -265,10 +265,10 @@ class IDTOPlanner:
     """Receding-horizon IDTO (implements the runner's ``Planner`` protocol).
 
     Args:
-      problem: the :class:`~contactopt.idto.IDTOProblem` (its model has the plant's
+      problem: the :class:`~contactopt.solvers.idto.IDTOProblem` (its model has the plant's
         ``nq``/``nv``/``nu``; its ``q_init``/``v_init`` and nominal are overwritten at every update).
       plant_model: model for the policy's actuation and control limits (default ``problem.model``).
-      options: :class:`~contactopt.idto.SolverOptions` (convergence tests off for MPC updates
+      options: :class:`~contactopt.solvers.idto.SolverOptions` (convergence tests off for MPC updates
         is typical; ``initial_iterations`` caps the first solve).
       initial_iterations: iterations of the first plan (:meth:`reset`).
       iterations_per_update: iterations per MPC update (≥ 1; the paper uses 1).
@@ -295,7 +295,8 @@ class IDTOPlanner:
                  options: SolverOptions | None = None, initial_iterations: int = 30,
                  iterations_per_update: int = 1, nominal: NominalFn | None = None,
                  initial_guess: Callable | None = None, kp=0.0, kd=0.0,
-                 divergence_factor: float = math.inf, restart_radius: float | None = None):
+                 divergence_factor: float = math.inf, restart_radius: float | None = None,
+                 samples: int = 0, sample_cost=None, sample_scale: float = 0.5, sample_knots: int = 4):
         if not isinstance(problem, IDTOProblem):
             raise ParameterError(f"IDTOPlanner: problem must be an IDTOProblem, got {type(problem).__name__}")
         for name, v in (("initial_iterations", initial_iterations), ("iterations_per_update", iterations_per_update)):
@@ -325,6 +326,59 @@ class IDTOPlanner:
         self.result: SolverResult | None = None
         self.t_plan = 0.0
         self.policy: IDTOPolicy | None = None
+        if isinstance(samples, bool) or int(samples) != samples or samples < 0:
+            raise ParameterError(f"samples must be an integer >= 0, got {samples!r}")
+        if samples and sample_cost is None:
+            raise ParameterError("samples > 0 needs sample_cost, the TrajectoryCost that ranks the samples")
+        self.samples, self.sample_cost = int(samples), sample_cost
+        self.sample_scale, self.sample_knots = float(sample_scale), int(sample_knots)
+        self._sampler = None
+        self.seed(0)
+
+    def seed(self, seed: int) -> None:
+        """Seed the sampled perturbations (``samples > 0``)."""
+        self._rng = np.random.default_rng(seed)
+
+    def _sample(self, res: SolverResult) -> SolverResult:
+        """Sampling escape (``samples > 0``): roll the problem's model (MuJoCo, step ``h``) out from
+        the measured state under ``samples`` smooth perturbations of the plan's controls, rank them
+        and the plan by ``sample_cost`` (the task's shared cost), and when a rollout is cheaper
+        re-solve from its configurations (a dynamically consistent guess); the new plan is kept
+        when its IDTO cost is lower.  Perturbations as :class:`~contactopt.mpc.ILQGPlanner`'s."""
+        from ..dynamics import MujocoDynamics
+
+        if self._sampler is None:
+            self._sampler = MujocoDynamics(self.problem.model)
+        dyn, cost = self._sampler, self.sample_cost
+        lo, hi = dyn.control_lower, dyn.control_upper
+        span = np.where(np.isfinite(hi - lo), hi - lo, 2.0)
+        U = np.clip(res.tau @ self._ff_map, lo, hi)
+        T, nu = U.shape
+        nq, nv = self.problem.nq, self.problem.nv
+        x0 = np.zeros(dyn.nx)
+        x0[:nq], x0[nq:nq + nv] = res.q[0], self.problem.v_init
+        plan = dyn.rollout(x0, U)
+        best = float(cost.total(plan.X, U)) if not plan.diverged else math.inf
+        best_q = None
+        grid = np.linspace(0.0, self.sample_knots - 1.0, T)
+        for _ in range(self.samples):
+            values = self._rng.normal(size=(self.sample_knots, nu)) * (self.sample_scale * span)
+            noise = np.stack([np.interp(grid, np.arange(self.sample_knots), values[:, j]) for j in range(nu)], 1)
+            Us = np.clip(U + noise, lo, hi)
+            roll = dyn.rollout(x0, Us)
+            if roll.diverged:
+                continue
+            c = float(cost.total(roll.X, Us))
+            if c < best:
+                best, best_q = c, roll.X[:, :nq]
+        if best_q is None:
+            return res
+        radius = self.solver.trust_radius
+        new = self.solver.solve(best_q, max_iterations=self.iterations_per_update)
+        if new.cost < res.cost and new.status is not SolverStatus.FACTORIZATION_FAILED:
+            return new
+        self.solver.trust_radius = radius
+        return res
 
     # ------------------------------------------------------------------ pieces
 
@@ -385,6 +439,12 @@ class IDTOPlanner:
 
     # ------------------------------------------------------------------ protocol
 
+    def close(self) -> None:
+        """Release the problem's Jacobian thread pool (and the sampler's)."""
+        self.problem.close()
+        if self._sampler is not None:
+            self._sampler.close()
+
     def reset(self, t: float, x) -> PlannerUpdate:
         """First plan from state ``x`` at time ``t`` (``initial_iterations`` iterations, fresh radius)."""
         start = time.perf_counter()
@@ -410,6 +470,8 @@ class IDTOPlanner:
             q0 = self._measure(t, x)
             qg = self.shifted_guess(t, q0)
             res = self.solver.warm_start(qg, max_iterations=self.iterations_per_update)
+            if self.samples and np.isfinite(res.q).all() and math.isfinite(res.cost):
+                res = self._sample(res)
         except (ContactoptError, FloatingPointError, np.linalg.LinAlgError) as exc:
             return PlannerUpdate(None, compute_time=time.perf_counter() - start, message=f"IDTO update failed: {exc}")
         return self._finish(t, res, start)

@@ -55,12 +55,21 @@ class ILQGPlanner:
         applies it) or ``"feedforward"`` (its open-loop controls only).
       lag_substeps: prediction steps per planner step (≥ 1): with ``h / plant step`` the
         prediction evaluates the policy as often as the plant does.
+      samples: after each update's iLQG iterations, roll out this many perturbed copies of the
+        plan's controls (open loop) and restart from the best one when it costs less than the
+        plan (one iLQG iteration from it): a sampling escape from local minima such as a
+        torque-limited swing-up stuck pushing one way (iLQG + sampling, as MJPC's iLQS).
+        0 (default) = plain iLQG.  The perturbations are smooth: Gaussian values at
+        ``sample_knots`` knots over the horizon, linearly interpolated, with standard
+        deviation ``sample_scale`` × each control's range (× 2 for an unlimited control),
+        clipped to the limits; :meth:`seed` seeds them.
     """
 
     def __init__(self, dynamics, cost, horizon: int, *, settings: ILQGSettings | None = None,
                  iterations_per_update: int = 1, initial_iterations: int = 30, nominal_control=None,
                  control_lower=None, control_upper=None, lag_compensation=None,
-                 lag_prediction: str = "feedback", lag_substeps: int = 1):
+                 lag_prediction: str = "feedback", lag_substeps: int = 1, samples: int = 0,
+                 sample_scale: float = 0.5, sample_knots: int = 4):
         for name, v in (("horizon", horizon), ("iterations_per_update", iterations_per_update),
                         ("initial_iterations", initial_iterations)):
             if isinstance(v, bool) or int(v) != v or v < 1:
@@ -84,6 +93,45 @@ class ILQGPlanner:
         self._pred_data = None
         self._pred_models: dict = {}
         self.set_lag_compensation(lag_compensation, prediction=lag_prediction, substeps=lag_substeps)
+        for name, v, least in (("samples", samples, 0), ("sample_knots", sample_knots, 2)):
+            if isinstance(v, bool) or int(v) != v or v < least:
+                raise ParameterError(f"{name} must be an integer >= {least}, got {v!r}")
+        if not (isinstance(sample_scale, (int, float)) and math.isfinite(sample_scale) and sample_scale > 0):
+            raise ParameterError(f"sample_scale must be a positive number, got {sample_scale!r}")
+        self.samples, self.sample_scale, self.sample_knots = int(samples), float(sample_scale), int(sample_knots)
+        self.seed(0)
+
+    def seed(self, seed: int) -> None:
+        """Seed the sampled perturbations (``samples > 0``)."""
+        self._rng = np.random.default_rng(seed)
+
+    def close(self) -> None:
+        """Release the dynamics' thread pool."""
+        self.dynamics.close()
+
+    def _sample(self, res: ILQGResult) -> ILQGResult:
+        """The best of ``samples`` smooth perturbations of ``res``'s controls, improved by one
+        iLQG iteration, when it beats ``res`` (class docstring); else ``res``."""
+        lo, hi = self.solver.control_lower, self.solver.control_upper
+        span = np.where(np.isfinite(hi - lo), hi - lo, 2.0)
+        T, nu = res.U.shape
+        knots = self.sample_knots
+        grid = np.linspace(0.0, knots - 1.0, T)
+        best_cost, best_U = float(res.cost), None
+        for _ in range(self.samples):
+            values = self._rng.normal(size=(knots, nu)) * (self.sample_scale * span)
+            noise = np.stack([np.interp(grid, np.arange(knots), values[:, j]) for j in range(nu)], axis=1)
+            U = np.clip(res.U + noise, lo, hi)
+            roll = self.dynamics.rollout(res.X[0], U)
+            if roll.diverged:
+                continue
+            cost = float(self.solver.cost.total(roll.X, U))
+            if cost < best_cost:
+                best_cost, best_U = cost, U
+        if best_U is None:
+            return res
+        new = self.solver.solve(res.X[0], best_U, max_iterations=1)
+        return new if new.ok and new.cost < res.cost else res
 
     def set_lag_compensation(self, lag_compensation, *, prediction: str = "feedback", substeps: int = 1) -> None:
         """Switch lag compensation: None / 0 (off), seconds ``> 0``, or ``"auto"`` (see the class);
@@ -218,6 +266,8 @@ class ILQGPlanner:
         try:
             res = self.solver.solve_from_warm_start(x, self.result, shift=shift,
                                                     max_iterations=self.iterations_per_update)
+            if self.samples and res.ok:
+                res = self._sample(res)
         except (ContactoptError, FloatingPointError) as exc:
             self.last_compute_time = time.perf_counter() - start
             return PlannerUpdate(None, compute_time=self.last_compute_time, message=str(exc))

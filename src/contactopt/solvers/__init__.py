@@ -3,7 +3,18 @@
 * :mod:`contactopt.solvers.ilqg` — iterative LQG with state regularization, the
   improved value update, expected-reduction line search and control limits
   (Tassa, Erez & Todorov 2012).
+* :mod:`contactopt.solvers.idto` — inverse-dynamics trajectory optimization: trust-region
+  Gauss–Newton over ``q_1 … q_T``.
+* :mod:`contactopt.solvers.gdd` — goal-directed dynamics (Todorov): a cost over
+  accelerations in, physical controls out.
+
+The iLQG names are imported here directly; the IDTO and GDD solver names are re-exported
+lazily (on first access), so that ``import contactopt.solvers`` loads neither.  Names that
+would clash with iLQG's (``IterationLog``, ``Status``) and GDD's cost terms are only in their
+subpackages.
 """
+
+from importlib import import_module as _import_module
 
 from .ilqg import (
     ILQG,
@@ -21,18 +32,60 @@ from .ilqg import (
     solve_box_qp,
 )
 
+_IDTO_NAMES = ("BandedHessian", "ConvergenceCriteria", "IDTOProblem", "IDTOSolver", "Linearization",
+               "SolverOptions", "SolverResult", "SolverStatus", "Trajectory", "gauss_newton_system")
+_GDD_NAMES = ("ActuationArrays", "ActuationModel", "DualUpdate", "GDDProblem", "GDDResult", "GDDSettings",
+              "GDDSolver", "LineSearch", "build_problem", "gdd_step")
+#: lazily re-exported names → the subpackage that defines them
+_LAZY = {**dict.fromkeys(_IDTO_NAMES, "idto"), **dict.fromkeys(_GDD_NAMES, "gdd")}
+_SUBPACKAGES = ("gdd", "idto", "ilqg")
+
 __all__ = [
     "ILQG",
-    "ILQGSettings",
-    "ILQGResult",
-    "IterationLog",
-    "Regularization",
-    "ValueUpdate",
-    "Status",
+    "ActuationArrays",
+    "ActuationModel",
+    "BandedHessian",
     "BoxQPResult",
     "BoxQPStatus",
-    "solve_box_qp",
-    "shift_plan",
-    "increase_regularization",
+    "ConvergenceCriteria",
+    "DualUpdate",
+    "GDDProblem",
+    "GDDResult",
+    "GDDSettings",
+    "GDDSolver",
+    "IDTOProblem",
+    "IDTOSolver",
+    "ILQGResult",
+    "ILQGSettings",
+    "IterationLog",
+    "LineSearch",
+    "Linearization",
+    "Regularization",
+    "SolverOptions",
+    "SolverResult",
+    "SolverStatus",
+    "Status",
+    "Trajectory",
+    "ValueUpdate",
+    "build_problem",
     "decrease_regularization",
+    "gauss_newton_system",
+    "gdd_step",
+    "increase_regularization",
+    "shift_plan",
+    "solve_box_qp",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(_import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    if name in _SUBPACKAGES:
+        return _import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBPACKAGES))

@@ -1,6 +1,6 @@
 """Tasks of the goal-directed dynamics planner: ``humanoid-reach`` and ``hand-reach``.
 
-Both are scripted goal-directed sessions (:mod:`contactopt.gdd.sessions`): spatial
+Both are scripted goal-directed sessions (:mod:`contactopt.solvers.gdd.sessions`): spatial
 goals for chosen bodies are dragged as a person with a mouse would, goal-directed
 dynamics moves the model toward them, and the damping and posture terms hold the
 pose in between.
@@ -14,7 +14,7 @@ pose in between.
 
 ``time_to_success`` is the time the last goal was first reached.  The report also has
 the goal distances, falls, support contacts, GDD statistics and a goal-distance time
-series (see :meth:`contactopt.gdd.sessions.SessionResult.report`).
+series (see :meth:`contactopt.solvers.gdd.sessions.SessionResult.report`).
 
 This module only registers the runners; the heavy imports happen when one runs.
 """
@@ -27,7 +27,7 @@ __all__ = ["run_humanoid_reach", "run_hand_reach"]
 
 
 def _run(spec_factory, task: str, *, seconds=None, seed=0, video=None, plot=None, **options) -> dict:
-    from ..gdd.sessions import run_session
+    from ..solvers.gdd.sessions import run_session
 
     if options:
         from ..errors import ParameterError
@@ -55,7 +55,7 @@ def run_humanoid_reach(*, seconds: float | None = None, seed: int = 0, video=Non
       the report dict (``task``, ``planner``, ``success``, ``time_to_success``, goal
       distances, ``falls``, ``gdd`` statistics, ``series``, ...).
     """
-    from ..gdd.sessions import humanoid_reach_spec
+    from ..solvers.gdd.sessions import humanoid_reach_spec
 
     return _run(humanoid_reach_spec, "humanoid-reach", seconds=seconds, seed=seed, video=video,
                 plot=plot, **options)
@@ -73,7 +73,7 @@ def run_hand_reach(*, seconds: float | None = None, seed: int = 0, video=None, p
     Returns:
       the report dict (see :func:`run_humanoid_reach`).
     """
-    from ..gdd.sessions import hand_reach_spec
+    from ..solvers.gdd.sessions import hand_reach_spec
 
     return _run(hand_reach_spec, "hand-reach", seconds=seconds, seed=seed, video=video,
                 plot=plot, **options)

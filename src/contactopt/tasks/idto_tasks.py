@@ -153,9 +153,9 @@ class IDTOTask:
     Attributes:
       name, model, description, default_seconds: registry entries.
       horizon: planner steps ``T``; time_step: ``h`` [s].
-      weights: keyword arguments of :class:`~contactopt.idto.IDTOProblem` (``Qq, Qv, R, Qf_q,
+      weights: keyword arguments of :class:`~contactopt.solvers.idto.IDTOProblem` (``Qq, Qv, R, Qf_q,
         Qf_v, unactuated_penalty``; scalars or ``(nv,)``).
-      contact: keyword arguments of :class:`~contactopt.idto.ContactParameters` (plus optional
+      contact: keyword arguments of :class:`~contactopt.contact.compliant.ContactParameters` (plus optional
         ``bodies``), or None for a contact-free task.
       nominal: ``(model, T, h) -> nominal(t, x) -> (q_nom (T+1, nq), v_nom (T+1, nv))``.
       initial_state: ``(model, data, rng)`` sets ``data.qpos``/``qvel`` from a seeded generator.
@@ -173,7 +173,7 @@ class IDTOTask:
       update_period: simulated seconds between update starts (≥ lag).
       rate_target_hz: the paper's MPC rate (Table III), for the report.
       initial_iterations, iterations_per_update: solver iterations.
-      solver: extra :class:`~contactopt.idto.SolverOptions` fields.
+      solver: extra :class:`~contactopt.solvers.idto.SolverOptions` fields.
       restart_radius: the planner's trust radius after a collapsed or failed solve
         (:class:`~contactopt.mpc.idto_planner.IDTOPlanner`; None: ``solver``'s ``initial_radius``).
       report: ``(task, model, result, x0) -> dict`` the task's own measures.
@@ -222,8 +222,9 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
     ``workers``: threads differentiating time steps in parallel (``IDTOProblem(workers=...)``);
     None keeps the task's setting (its ``weights`` may name one; default 1).
     """
-    from ..idto import ContactModel, ContactParameters, IDTOProblem, SolverOptions
+    from ..contact.compliant import CompliantContactModel, ContactParameters
     from ..mpc.idto_planner import IDTOPlanner
+    from ..solvers.idto import IDTOProblem, SolverOptions
 
     bad = set(overrides) - set(IDTOTask.__dataclass_fields__)
     if bad:
@@ -240,7 +241,7 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
     if task.contact is not None:
         cp = dict(task.contact)
         bodies = cp.pop("bodies", None)
-        contact = ContactModel(m, ContactParameters(**cp), bodies=bodies)
+        contact = CompliantContactModel(m, ContactParameters(**cp), bodies=bodies)
     q0 = m.qpos0.copy()
     kwargs = dict(task.weights)
     if workers is not None:

@@ -2,8 +2,8 @@
 
 * :class:`GDDSolver` / :func:`gdd_step` — the solver of the inverse formulation (eq. 8)
   and a stepping helper for goal-directed simulation.
-* :mod:`contactopt.gdd.costs` — composable, weighted cost terms.
-* :mod:`contactopt.gdd.problem` — the per-state quantities read from one MuJoCo evaluation.
+* :mod:`contactopt.solvers.gdd.costs` — composable, weighted cost terms.
+* :mod:`contactopt.solvers.gdd.problem` — the per-state quantities read from one MuJoCo evaluation.
 """
 
 from .costs import (

@@ -7,7 +7,7 @@ Every term is, at a given state, a (Gauss-Newton) quadratic in the acceleration
     ℓ_t(a) = ½ aᵀ Q a + qᵀ a + c0 + ½ ‖Ka a + Kf f(a) + e‖²
 
 :meth:`CostTerm.fill` writes a term's data for one
-:class:`~contactopt.gdd.problem.GDDProblem` in place (no allocation on the
+:class:`~contactopt.solvers.gdd.problem.GDDProblem` in place (no allocation on the
 solver's hot path); :class:`Cost` gathers the terms into :class:`CostArrays`,
 the form the solver kernel takes, and :meth:`CostTerm.model` returns the
 weighted arrays of one term (:class:`TermModel`).  :meth:`CostTerm.evaluate` gives value, gradient and
@@ -42,7 +42,7 @@ from typing import NamedTuple
 import mujoco
 import numpy as np
 
-from ..errors import NonFiniteError, ParameterError, as_array, check_nonnegative, check_positive
+from ...errors import NonFiniteError, ParameterError, as_array, check_nonnegative, check_positive
 from . import _kernels as K
 from .problem import GDDProblem
 
@@ -562,7 +562,7 @@ class CostTerm(abc.ABC):
         """What the compiled solver needs to evaluate this term itself (None: it cannot).
 
         A dict with ``code`` (``_kernels.TERM_*``), ``kind`` and the term's arrays;
-        see :class:`contactopt.gdd.solver.GDDSolver` (fast path).
+        see :class:`contactopt.solvers.gdd.solver.GDDSolver` (fast path).
         """
         return None
 

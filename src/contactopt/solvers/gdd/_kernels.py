@@ -42,8 +42,16 @@ import numpy as np
 from numba import njit
 from numba.extending import intrinsic
 
-from ..dynamics.mujoco_fd import (_mj_fwdposition, _mj_fwdvelocity, raw_f64, raw_f64_2d, raw_i32,
-                                  raw_i64, raw_i64_2d, raw_u64)
+from ...native import (
+    mj_fwdposition,
+    mj_fwdvelocity,
+    raw_f64,
+    raw_f64_2d,
+    raw_i32,
+    raw_i64,
+    raw_i64_2d,
+    raw_u64,
+)
 
 FM = {"reassoc", "contract", "arcp", "nsz"}
 
@@ -68,7 +76,7 @@ STATE_LINEARNEG = 2
 STATE_LINEARPOS = 3
 STATE_CONE = 4
 
-# solver status codes (mirrored by contactopt.gdd.solver.Status)
+# solver status codes (mirrored by contactopt.solvers.gdd.solver.Status)
 STATUS_CONVERGED = 0
 STATUS_MAX_ITERATIONS = 1
 STATUS_MAX_DUAL_UPDATES = 2
@@ -353,7 +361,7 @@ def com_bias(cdof_dot, qvel, ancestors, bodies, roots, mass, cvel, xipos, subtre
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def spring_residual(jac, jacdot, qvel, pos, goal, k, b, cap, use_jacdot, out):
     """Residual ``e = J̇ v − a*`` of a 3-row frame term (end effector, centre of mass) with a
-    :class:`~contactopt.gdd.costs.SpringDamper` position target.
+    :class:`~contactopt.solvers.gdd.costs.SpringDamper` position target.
 
     ``a* = k (goal − pos) − b (jac v)`` (m/s²), scaled to norm ``cap`` when ``cap > 0``
     and ``‖a*‖ > cap``.
@@ -3222,13 +3230,13 @@ def _stages(m, d, flags, island_bit, sleep_bit):
         old = fl[0]
         if (old & island_bit) == 0 and (fl[1] & sleep_bit) == 0:
             fl[0] = old | island_bit
-            _mj_fwdposition(m, d)
+            mj_fwdposition(m, d)
             fl[0] = old
         else:
-            _mj_fwdposition(m, d)
+            mj_fwdposition(m, d)
     else:
-        _mj_fwdposition(m, d)
-    _mj_fwdvelocity(m, d)
+        mj_fwdposition(m, d)
+    mj_fwdvelocity(m, d)
 
 
 @njit(cache=True, error_model="numpy", _nrt=False)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from ..errors import ParameterError, as_array
-from ..model import actuator_moment_matrix
+from ...errors import ParameterError, as_array
+from ...model import actuator_moment_matrix
 from . import _kernels as K
 
 __all__ = ["ActuationModel", "ActuationArrays", "GDDProblem", "build_problem"]

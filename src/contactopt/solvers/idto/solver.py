@@ -1,4 +1,4 @@
-"""Trust-region Gauss–Newton solver for :class:`~contactopt.idto.problem.IDTOProblem`.
+"""Trust-region Gauss–Newton solver for :class:`~contactopt.solvers.idto.problem.IDTOProblem`.
 
 Per iteration (penalty treatment of underactuation):
 
@@ -47,7 +47,7 @@ import numpy as np
 import scipy.linalg
 import scipy.linalg.lapack
 
-from ..errors import ParameterError, check_positive
+from ...errors import ParameterError, check_positive
 from ._blas import single_threaded_blas
 from .problem import IDTOProblem, Linearization
 
@@ -111,7 +111,7 @@ class SolverOptions:
         ``"constrained"`` (``Zᵀτ_t = 0`` as equality constraints, Lagrange-multiplier dogleg).
       constraint_tol: in constrained mode, convergence also needs ``max_t ‖Zᵀτ_t‖∞ ≤ constraint_tol``.
       single_thread_blas: run the solve's dense linear algebra on one OpenBLAS thread
-        (:mod:`contactopt.idto._blas`; the matrices are small, and threads only add waiting).
+        (:mod:`contactopt.solvers.idto._blas`; the matrices are small, and threads only add waiting).
     """
 
     max_iterations: int = 100

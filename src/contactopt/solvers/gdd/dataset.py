@@ -4,12 +4,12 @@ The seed records ``(q, v, a, τ)`` at every step of its interactive sessions, 20
 records per model, then re-runs the solvers offline at those states, without
 rendering or interaction, to time them.  Here:
 
-* :func:`record` runs scripted sessions (:mod:`contactopt.gdd.sessions`; seeds
+* :func:`record` runs scripted sessions (:mod:`contactopt.solvers.gdd.sessions`; seeds
   ``seed, seed + 1, ...``) until it has ``n_records`` steps and returns a
   :class:`GDDDataset`: per record the time, ``q (nq,)``, ``v (nv,)``, the goal-directed
   acceleration ``a (nv,)``, the forward acceleration of the step, ``ctrl (nu,)``,
   ``τ = qfrc_actuator (nv,)`` and what reproduces the solve — the session it belongs
-  to (its :class:`~contactopt.gdd.sessions.ReachSpec` is stored as JSON), the active
+  to (its :class:`~contactopt.solvers.gdd.sessions.ReachSpec` is stored as JSON), the active
   drag, the dragged goal ``(3,)`` and the posture reference ``(nq,)``;
 * :meth:`GDDDataset.save` / :meth:`GDDDataset.load` use one ``.npz`` file;
 * :func:`replay` re-runs, at every record, MuJoCo's forward dynamics (``mj_forward``
@@ -21,8 +21,8 @@ rendering or interaction, to time them.  Here:
 
 Command line (also reachable through ``contactopt bench gdd --model FILE.npz``)::
 
-    python -m contactopt.gdd.dataset record humanoid --records 20000 --out humanoid.npz
-    python -m contactopt.gdd.dataset replay humanoid.npz
+    python -m contactopt.solvers.gdd.dataset record humanoid --records 20000 --out humanoid.npz
+    python -m contactopt.solvers.gdd.dataset replay humanoid.npz
 """
 
 from __future__ import annotations
@@ -35,10 +35,17 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from ..errors import ContactoptError, ParameterError
-from ..model import load_model, model_name
-from ..progress import progress_bar
-from .sessions import ReachSession, ReachSpec, auto_reach_spec, hand_reach_spec, humanoid_reach_spec, run_session
+from ...errors import ContactoptError, ParameterError
+from ...model import load_model, model_name
+from ...progress import progress_bar
+from .sessions import (
+    ReachSession,
+    ReachSpec,
+    auto_reach_spec,
+    hand_reach_spec,
+    humanoid_reach_spec,
+    run_session,
+)
 
 __all__ = ["GDDDataset", "record", "replay", "session_spec", "RECORD_FIELDS", "DEFAULT_RECORDS"]
 
@@ -54,7 +61,7 @@ _FORMAT = "contactopt-gdd-dataset-1"
 
 def session_spec(model: str, seconds: float | None = None, seed: int = 0) -> ReachSpec:
     """The session spec used for ``model``: the task presets for ``"humanoid"`` and
-    ``"hand"``, :func:`~contactopt.gdd.sessions.auto_reach_spec` for anything else."""
+    ``"hand"``, :func:`~contactopt.solvers.gdd.sessions.auto_reach_spec` for anything else."""
     if model == "humanoid":
         return humanoid_reach_spec(seconds, seed)
     if model == "hand":
@@ -68,7 +75,7 @@ class GDDDataset:
 
     Attributes:
       model: bundled name or model path the sessions ran on.
-      specs: one :class:`~contactopt.gdd.sessions.ReachSpec` per session.
+      specs: one :class:`~contactopt.solvers.gdd.sessions.ReachSpec` per session.
       arrays: ``session (N,)`` int and the :data:`RECORD_FIELDS`: ``time (N,)`` s,
         ``qpos (N, nq)``, ``qvel (N, nv)``, ``qacc (N, nv)`` goal-directed acceleration,
         ``qacc_forward (N, nv)`` forward acceleration of the step, ``ctrl (N, nu)``,
@@ -93,7 +100,7 @@ class GDDDataset:
 
     def save(self, path) -> Path:
         """Write the dataset to ``path`` (``.npz``, compressed; written atomically)."""
-        from ..render import atomic_output
+        from ...render import atomic_output
 
         path = Path(path)
         if path.suffix.lower() != ".npz":
@@ -112,7 +119,7 @@ class GDDDataset:
         Raises:
           ModelNotFoundError: no such file.  ParameterError: not a dataset file.
         """
-        from ..errors import ModelNotFoundError
+        from ...errors import ModelNotFoundError
 
         path = Path(path)
         if not path.is_file():
@@ -365,11 +372,11 @@ def replay(dataset: GDDDataset, *, model: mujoco.MjModel | None = None, min_time
 
 
 def main(argv=None) -> int:
-    """``python -m contactopt.gdd.dataset record|replay ...`` (see the module docstring)."""
+    """``python -m contactopt.solvers.gdd.dataset record|replay ...`` (see the module docstring)."""
     import argparse
     import sys
 
-    p = argparse.ArgumentParser(prog="python -m contactopt.gdd.dataset",
+    p = argparse.ArgumentParser(prog="python -m contactopt.solvers.gdd.dataset",
                                 description="Record goal-directed session datasets and replay them for timing.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("record", help="record a dataset")

@@ -43,12 +43,12 @@ import mujoco
 import numpy as np
 from numba import njit
 
-from ..contact.geometry import ContactSpace, contact_space
 from ..errors import ParameterError, as_array
+from .geometry import ContactSpace, contact_space
 
 __all__ = [
     "ContactParameters",
-    "ContactModel",
+    "CompliantContactModel",
     "ContactForces",
     "softplus_normal_force",
     "hunt_crossley_factor",
@@ -176,7 +176,7 @@ def regularized_friction(vt, fn, mu, stiction_velocity: float):
     return ft, dvt, dfn
 
 
-# Scalar versions of the three laws for compiled loops (:func:`contactopt.idto.batch._forces_kernel`):
+# Scalar versions of the three laws for compiled loops (:func:`contactopt.contact.compliant_batch._forces_kernel`):
 # the same formulas, operation for operation, as the array functions above.
 
 
@@ -225,7 +225,7 @@ class ContactForces:
     dforce_dv: np.ndarray | None = None
 
 
-class ContactModel:
+class CompliantContactModel:
     """The compliant contact model of one task: parameters plus an optional body filter.
 
     Args:
@@ -242,11 +242,11 @@ class ContactModel:
     def __init__(self, model: mujoco.MjModel, params: ContactParameters | None = None,
                  *, bodies=None):
         if not isinstance(model, mujoco.MjModel):
-            raise ParameterError(f"ContactModel: model must be a mujoco.MjModel, got {type(model).__name__}")
+            raise ParameterError(f"CompliantContactModel: model must be a mujoco.MjModel, got {type(model).__name__}")
         if params is None:
             params = ContactParameters()
         if not isinstance(params, ContactParameters):
-            raise ParameterError(f"ContactModel: params must be ContactParameters, got {type(params).__name__}")
+            raise ParameterError(f"CompliantContactModel: params must be ContactParameters, got {type(params).__name__}")
         self.model = model
         self.params = params
         self._body_mask = None
@@ -258,7 +258,7 @@ class ContactModel:
                 bid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, str(name))
                 if bid < 0:
                     known = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, i) for i in range(model.nbody)]
-                    raise ParameterError(f"ContactModel: unknown body {name!r} (bodies: {known})")
+                    raise ParameterError(f"CompliantContactModel: unknown body {name!r} (bodies: {known})")
                 mask[bid] = True
             self._body_mask = mask
         self._geom_body = model.geom_bodyid.astype(np.intp)

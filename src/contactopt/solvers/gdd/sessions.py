@@ -9,19 +9,19 @@ interaction:
   position at the start of the drag to ``position + offset`` along a minimum-jerk
   path (``drag`` seconds, like a mouse drag), keeps it there for ``hold`` seconds
   and then releases it;
-* while a goal is held, an :class:`~contactopt.gdd.costs.EndEffectorAcceleration`
-  term with a :class:`~contactopt.gdd.costs.SpringDamper` pulls the frame toward the
+* while a goal is held, an :class:`~contactopt.solvers.gdd.costs.EndEffectorAcceleration`
+  term with a :class:`~contactopt.solvers.gdd.costs.SpringDamper` pulls the frame toward the
   dragged goal; between drags that term is switched off and the pose is held by the
   damping term ``(α/2)‖a + βv‖²_M`` and a posture term (a PD acceleration target
   toward the pose at the last release);
 * a floating-base model keeps its centre of mass over its feet with a horizontal
   spring on the centre-of-mass acceleration (its height is only damped);
-* every step is :func:`~contactopt.gdd.solver.gdd_step`: one MuJoCo evaluation,
+* every step is :func:`~contactopt.solvers.gdd.solver.gdd_step`: one MuJoCo evaluation,
   the GDD solve, the clamped controls applied and ``mj_step2``.
 
 The session records the goal distance over time, falls (a monitored body below a
 height), contacts of the support bodies, the per-step solver statistics and the
-records a dataset needs (:mod:`contactopt.gdd.dataset`): ``(q, v, a, τ, ctrl)``
+records a dataset needs (:mod:`contactopt.solvers.gdd.dataset`): ``(q, v, a, τ, ctrl)``
 and the goal and posture reference of every step.
 
 Presets: :func:`humanoid_reach_spec` (the humanoid stands with both feet on the
@@ -41,9 +41,9 @@ from dataclasses import asdict, dataclass, field
 import mujoco
 import numpy as np
 
-from ..errors import ContactoptError, ParameterError, as_array, check_nonnegative, check_positive
-from ..model import load_model, model_name, reset_to_keyframe
-from ..progress import progress_bar
+from ...errors import ContactoptError, ParameterError, as_array, check_nonnegative, check_positive
+from ...model import load_model, model_name, reset_to_keyframe
+from ...progress import progress_bar
 from .costs import (
     AccelerationTarget,
     CenterOfMassAcceleration,
@@ -184,7 +184,7 @@ class ReachSpec:
       fall_heights: ``(body, min height in m)``: the model has fallen when a body's origin is lower.
       drop_heights: ``(body, min height in m)`` of held objects: dropped when lower.
       support_bodies: bodies that should touch the floor (world geoms) throughout.
-      solver: ``(name, value)`` overrides of :class:`~contactopt.gdd.solver.GDDSettings`.
+      solver: ``(name, value)`` overrides of :class:`~contactopt.solvers.gdd.solver.GDDSettings`.
     """
 
     model: str
@@ -343,7 +343,7 @@ def hand_reach_spec(seconds: float | None = None, seed: int = 0) -> ReachSpec:
 def _tree_info(model: mujoco.MjModel):
     """``(actuated_body (nbody,) bool, depth (nbody,) int)``: whether a dof of the body or an
     ancestor is actuated, and the number of bodies from the world to the body."""
-    from ..model import actuation_map
+    from ...model import actuation_map
 
     act_dofs = set(actuation_map(model).actuated_dofs.tolist()) if model.nu else set()
     actuated = np.zeros(model.nbody, dtype=bool)
@@ -510,7 +510,7 @@ class ReachSession:
     Args:
       spec: the :class:`ReachSpec`.
       model: an already loaded model for ``spec.model`` (default: load it).
-      extra_terms: additional :class:`~contactopt.gdd.costs.CostTerm` objects.
+      extra_terms: additional :class:`~contactopt.solvers.gdd.costs.CostTerm` objects.
 
     Attributes:
       model, data, solver, cost: the simulation.
@@ -905,7 +905,7 @@ def run_session(spec: ReachSpec, *, video=None, plot=None, progress: bool | None
     """Run a scripted goal-directed session.
 
     Every step: activate/move/release the goals (:meth:`ReachSession.update_goals`),
-    :func:`~contactopt.gdd.solver.gdd_step`, then check falls, drops and supports.  An
+    :func:`~contactopt.solvers.gdd.solver.gdd_step`, then check falls, drops and supports.  An
     error of the step (non-finite cost or state, a failed solve) stops the session
     *before* that step is taken — the simulation never steps with a non-finite control —
     and is reported in ``result.error``.
@@ -928,7 +928,7 @@ def run_session(spec: ReachSpec, *, video=None, plot=None, progress: bool | None
       ParameterError: bad spec (unknown frame, no actuators, ...), bad output paths.
       RenderError: a video was asked for and no OpenGL backend works.
     """
-    from ..simulate import frame_stride
+    from ...simulate import frame_stride
 
     for flag, path, suffix in (("video", video, ".mp4"), ("plot", plot, ".png")):
         if path is not None:
@@ -958,7 +958,7 @@ def run_session(spec: ReachSpec, *, video=None, plot=None, progress: bool | None
     start = time.perf_counter()
     try:
         if video is not None:
-            from ..render import VideoWriter
+            from ...render import VideoWriter
 
             writer = VideoWriter(video, fps=1.0 / (stride * h)).__enter__()
             renderer = _GoalRenderer(m, width, height)
@@ -1047,7 +1047,7 @@ def run_session(spec: ReachSpec, *, video=None, plot=None, progress: bool | None
 
 
 def _goal_renderer_class():
-    from ..render import OffscreenRenderer
+    from ...render import OffscreenRenderer
 
     class GoalRenderer(OffscreenRenderer):
         """:class:`~contactopt.render.OffscreenRenderer` that also draws the goal as a red sphere."""
@@ -1084,7 +1084,7 @@ def plot_session(result: SessionResult, path) -> None:
 
     Shaded spans mark the drags (goal held); the dashed line is ``reach_tolerance``.
     """
-    from ..plots import new_figure, save_figure
+    from ...plots import new_figure, save_figure
 
     a = result.arrays
     t = a["time"]

@@ -46,7 +46,7 @@ The textbook variant (control regularization + standard value update) is
 ``ILQGSettings.textbook()``.
 
 The backward pass runs as one compiled (numba) kernel,
-:mod:`contactopt.solvers._ilqg_kernels`, which evaluates the same expressions with the
+:mod:`contactopt.solvers.ilqg.kernels`, which evaluates the same expressions with the
 same BLAS/LAPACK routines as the Python reference (``_backward_pass_reference`` with
 :func:`solve_box_qp`), so both give the same plan to roundoff (bit for bit on the
 machines tested).  The first call in a fresh environment compiles it (numba caches
@@ -93,10 +93,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from scipy.linalg import lapack
 
-from ..costs import CostDerivatives, TrajectoryCostLike
-from ..dynamics import Dynamics, check_control_limits
-from ..errors import NonFiniteError, ParameterError, as_array
-from . import _ilqg_kernels as _kernels
+from ...costs import CostDerivatives, TrajectoryCostLike
+from ...dynamics import Dynamics, check_control_limits
+from ...errors import NonFiniteError, ParameterError, as_array
+from . import kernels as _kernels
 
 __all__ = [
     "Regularization",
@@ -592,7 +592,7 @@ def _backward_pass(lin: _Linearization, mu: float, settings: ILQGSettings,
     """Riccati-like sweep of iLQG (eq. 5, 9/10, 11/7) with box-constrained feedforward steps.
 
     ``compiled`` (default) runs the numba kernel
-    :func:`~contactopt.solvers._ilqg_kernels.backward_pass_kernel`; ``compiled=False`` the
+    :func:`~contactopt.solvers.ilqg.kernels.backward_pass_kernel`; ``compiled=False`` the
     Python reference :func:`_backward_pass_reference` (same algorithm, same results to
     roundoff; the tests compare the two).
     """

@@ -13,7 +13,7 @@ Decision variables are the configurations ``q_1 … q_T`` (``q_0 = q_init`` and
 
   with ``c`` MuJoCo's bias (Coriolis, centrifugal, gravity), ``F_passive``
   its passive forces (joint damping, springs) and ``F_contact`` the compliant
-  contact force of :class:`~contactopt.idto.contact.ContactModel`.
+  contact force of :class:`~contactopt.contact.compliant.CompliantContactModel`.
 
 Cost (no ½; diagonal weights on tangent-space errors ``q̃_t = q_t ⊖ q_nom,t`` and
 ``ṽ_t = v_t − v_nom,t``)::
@@ -40,7 +40,7 @@ rows ``√(2h w_lim)·(max(u − hi, 0) − max(lo − u, 0))`` have the Jacobia
 Inverse-dynamics backends (``backend=``):
 
 * ``"compliant"`` (default): the formula above, rigid-body terms from a
-  constraint-free model copy plus :class:`~contactopt.idto.contact.ContactModel`;
+  constraint-free model copy plus :class:`~contactopt.contact.compliant.CompliantContactModel`;
 * ``"mujoco"``: MuJoCo's analytic inverse dynamics with its own soft contacts,
   ``mj_inverse`` with ``mjENBL_INVDISCRETE`` on a copy whose integrator is
   Euler with time step ``h``: ``τ_t = qfrc_inverse(q_t, v_t, a_t)``, the
@@ -61,7 +61,7 @@ with respect to tangent-space perturbations ``q_t ⊕ δ`` (``δ ∈ R^nv``).
 
 Evaluation (compliant backend), vectorized over the time steps: the rigid-body terms are
 one ``mj_inverse`` per step on the constraint-free copy; the contact forces of all steps
-come from one :class:`~contactopt.idto.batch.ContactBatch` call (a lean loop of MuJoCo
+come from one :class:`~contactopt.contact.compliant_batch.CompliantContactBatch` call (a lean loop of MuJoCo
 collision calls, then the force law for all contacts at once).  The Jacobian uses the chain
 rule of :meth:`IDTOProblem._tau_jac_compliant` with ``∂ρ/∂(q', v')`` from ``mjd_inverseFD``
 (one C call per step), ``∂ρ/∂a = M``, the exact ``∂F/∂v``, ``∂F/∂q`` by batched forward
@@ -85,11 +85,12 @@ import mujoco
 import numpy as np
 from numba import njit as _njit
 
-from ..dynamics import mujoco_fd as _fd
-from ..errors import ParameterError, as_array, check_positive
-from ..model import actuation_map
-from .batch import ContactBatch
-from .contact import ContactModel
+from ... import native
+from ...contact.compliant import CompliantContactModel
+from ...contact.compliant_batch import CompliantContactBatch
+from ...errors import ParameterError, as_array, check_positive
+from ...model import actuation_map
+from .knot_cost import KnotCost
 
 __all__ = ["IDTOProblem", "Trajectory", "Linearization"]
 
@@ -97,13 +98,13 @@ _SQRT_EPS = math.sqrt(np.finfo(float).eps)
 
 #: run the per-step MuJoCo loops of the rigid-body terms (``mj_inverse``, ``mj_fullM``,
 #: ``mjd_inverseFD``), of the velocities (``mj_differentiatePos``) and of the retraction as compiled loops (numba kernels calling the C
-#: functions of the bindings' ``libmujoco``, without the GIL; see :mod:`contactopt.dynamics.mujoco_fd`)
+#: functions of the bindings' ``libmujoco``, without the GIL; see :mod:`contactopt.native`)
 #: where available.  False: the Python loops (the reference; the same results bit for bit).
 NATIVE_STEPS = True
 
 
 def _native() -> bool:
-    return NATIVE_STEPS and _fd.NATIVE
+    return NATIVE_STEPS and native.NATIVE
 
 
 @_njit(cache=True, nogil=True, inline="always")
@@ -124,11 +125,11 @@ def _rigid_kernel(m, d, qpos, qvel, qacc, qfrc_inverse, q, v, a, start, mass, rh
     nv = qvel.shape[0]
     for k in range(rho.shape[0]):
         _load_step(qpos, qvel, qacc, q, v, a, start + k)
-        _fd._mj_inverse(m, d)
+        native.mj_inverse(m, d)
         for j in range(nv):
             rho[k, j] = qfrc_inverse[j]
         if mass:
-            _fd._mj_fullm(m, d, M[k].ctypes.data)
+            native.mj_fullm(m, d, M[k].ctypes.data)
 
 
 @_njit(cache=True, nogil=True)
@@ -137,21 +138,21 @@ def _rigid_fd_kernel(m, d, qpos, qvel, qacc, q, v, a, start, eps, DfDq, DfDv):
     ``start …`` into ``DfDq[k]``, ``DfDv[k]`` (MuJoCo's transposed layout)."""
     for k in range(DfDq.shape[0]):
         _load_step(qpos, qvel, qacc, q, v, a, start + k)
-        _fd._mjd_inversefd(m, d, eps[k], 0, DfDq[k].ctypes.data, DfDv[k].ctypes.data, 0, 0, 0, 0, 0)
+        native.mjd_inversefd(m, d, eps[k], 0, DfDq[k].ctypes.data, DfDv[k].ctypes.data, 0, 0, 0, 0, 0)
 
 
 @_njit(cache=True, nogil=True)
 def _velocity_kernel(m, v, h, q):
     """``v[t] ← (q[t] ⊖ q[t − 1]) / h`` (``mj_differentiatePos``) for ``t = 1 … T``."""
     for t in range(1, v.shape[0]):
-        _fd._mj_differentiatepos(m, v[t].ctypes.data, h, q[t - 1].ctypes.data, q[t].ctypes.data)
+        native.mj_differentiatepos(m, v[t].ctypes.data, h, q[t - 1].ctypes.data, q[t].ctypes.data)
 
 
 @_njit(cache=True, nogil=True)
 def _retract_kernel(m, out, dq):
     """``out[t] ← out[t] ⊕ dq[t − 1]`` (``mj_integratePos``, dt 1) for ``t = 1 … T``."""
     for t in range(1, out.shape[0]):
-        _fd._mj_integratepos(m, out[t].ctypes.data, dq[t - 1].ctypes.data, 1.0)
+        native.mj_integratepos(m, out[t].ctypes.data, dq[t - 1].ctypes.data, 1.0)
 
 
 _NO_M = np.zeros((0, 0, 0))
@@ -228,7 +229,7 @@ class IDTOProblem:
       Qq, Qv, R: running weights (scalar or ``(nv,)`` diagonal, ≥ 0).
       Qf_q, Qf_v: terminal weights (scalar or ``(nv,)``, ≥ 0).
       unactuated_penalty: ``w_u ≥ 0`` on ``‖Zᵀτ_t‖²`` (default 1e3·max(R, 1)).
-      contact: a :class:`ContactModel` of ``model`` or None (no contact forces).
+      contact: a :class:`CompliantContactModel` of ``model`` or None (no contact forces).
       workers: threads for the Jacobian (time steps in parallel); 1 = serial.
       backend: inverse dynamics, ``"compliant"`` (default), ``"mujoco"`` or
         ``"convex"`` (module docstring).  ``contact`` must be None for the latter two.
@@ -242,18 +243,21 @@ class IDTOProblem:
         dynamics in ``q_t`` and ``q_{t+1}`` per step (``2 nv + 1`` evaluations, slow).  Same
         derivatives up to finite-difference error.
       contact_derivatives: compliant backend, how ``∂F_contact/∂q`` is computed:
-        ``"auto"`` (default): the closed form of :class:`~contactopt.idto.batch.ContactBatch`
+        ``"auto"`` (default): the closed form of :class:`~contactopt.contact.compliant_batch.CompliantContactBatch`
         where it is exact (every contact of the step between spheres, capsules, planes, boxes in
         supported configurations, or with a negligible force), forward differences at the other
         steps — exact everywhere, no extra contact queries for such models; ``"fd"``: forward differences
         at every step with a pair in range (one batched contact query per perturbed dof);
         ``"analytic"``: the closed form everywhere (for other geometry only its signed-distance
-        term, a Gauss–Newton-style approximation; see :mod:`contactopt.idto.batch`).
+        term, a Gauss–Newton-style approximation; see :mod:`contactopt.contact.compliant_batch`).
       actuator_limit_weight: ``w_lim ≥ 0`` of the soft actuator-force limits (module
         docstring); 0 (default) adds no rows, the problem is then exactly the one without limits.
       actuator_limit_margin: fraction in ``[0, 1)`` by which each force range shrinks about its
         centre before it enters the cost (``[lo, hi] → c ± (1 − margin)(hi − lo)/2``), so that
         plans keep some authority in reserve for feedback (default 0).
+      cost: optional :class:`~contactopt.costs.TrajectoryCost` on ``model`` at time step ``h``:
+        the shared cost language evaluated at the knots, added to the diagonal tracking
+        terms as extra rows of each step's τ block (:mod:`~contactopt.solvers.idto.knot_cost`).
 
     Raises:
       ShapeError / NonFiniteError: bad array shapes or values.
@@ -263,11 +267,11 @@ class IDTOProblem:
 
     def __init__(self, model: mujoco.MjModel, num_steps: int, time_step: float, q_init, v_init=None, *,
                  q_nom=None, v_nom=None, Qq=0.0, Qv=0.0, R=1e-3, Qf_q=0.0, Qf_v=0.0,
-                 unactuated_penalty: float | None = None, contact: ContactModel | None = None,
+                 unactuated_penalty: float | None = None, contact: CompliantContactModel | None = None,
                  workers: int = 1, backend: str = "compliant", convex_contact=None,
                  penalize_unactuated: bool = True, chain_rule: bool = True,
                  contact_derivatives: str = "auto", actuator_limit_weight: float = 0.0,
-                 actuator_limit_margin: float = 0.0):
+                 actuator_limit_margin: float = 0.0, cost=None):
         if not isinstance(model, mujoco.MjModel):
             raise ParameterError(f"IDTOProblem: model must be a mujoco.MjModel, got {type(model).__name__}")
         if isinstance(num_steps, (bool, np.bool_)) or int(num_steps) != num_steps or num_steps < 1:
@@ -295,10 +299,10 @@ class IDTOProblem:
             raise ParameterError(f"unactuated_penalty must be non-negative and finite, got {unactuated_penalty!r}")
         self.unactuated_penalty = wu
         if contact is not None:
-            if not isinstance(contact, ContactModel):
-                raise ParameterError(f"contact must be a ContactModel or None, got {type(contact).__name__}")
+            if not isinstance(contact, CompliantContactModel):
+                raise ParameterError(f"contact must be a CompliantContactModel or None, got {type(contact).__name__}")
             if contact.model is not model:
-                raise ParameterError("contact: the ContactModel was built for a different MjModel")
+                raise ParameterError("contact: the CompliantContactModel was built for a different MjModel")
         self.contact = contact
         if backend not in ("compliant", "mujoco", "convex"):
             raise ParameterError(f"backend must be 'compliant', 'mujoco' or 'convex', got {backend!r}")
@@ -310,7 +314,7 @@ class IDTOProblem:
             raise ParameterError(
                 f"contact_derivatives must be 'auto', 'fd' or 'analytic', got {contact_derivatives!r}")
         self.contact_derivatives = contact_derivatives
-        self._cbatch = ContactBatch(contact) if contact is not None else None
+        self._cbatch = CompliantContactBatch(contact) if contact is not None else None
         if isinstance(workers, (bool, np.bool_)) or int(workers) != workers or workers < 1:
             raise ParameterError(f"workers must be a positive integer, got {workers!r}")
         self.workers = int(workers)
@@ -330,7 +334,7 @@ class IDTOProblem:
             self._m.opt.integrator = int(mujoco.mjtIntegrator.mjINT_EULER)
             self._m.opt.enableflags |= int(mujoco.mjtEnableBit.mjENBL_INVDISCRETE)
         elif backend == "convex":
-            from ..contact import ConvexContactModel
+            from ...contact import ConvexContactModel
             if convex_contact is not None and not isinstance(convex_contact, ConvexContactModel):
                 raise ParameterError(
                     f"convex_contact must be a ConvexContactModel or None, got {type(convex_contact).__name__}")
@@ -366,7 +370,15 @@ class IDTOProblem:
         self._Wtau = W  # (mτ0, nv): R rows and unactuated-penalty rows
         self.num_penalty_rows = W.shape[0] - nv
         self._setup_actuator_limits(actuator_limit_weight, actuator_limit_margin)
-        self.m_tau = W.shape[0] + self.num_limit_rows
+        self.knot_cost = None
+        if cost is not None:
+            if cost.model is not model:
+                raise ParameterError("cost: the TrajectoryCost was built for a different MjModel")
+            if not math.isclose(cost.timestep, self.h, rel_tol=1e-12):
+                raise ParameterError(f"cost: its time step {cost.timestep} s is not the problem's {self.h} s")
+            self.knot_cost = KnotCost(cost, np.linalg.pinv(amap.control_gain), self.T)
+        self.num_cost_rows = 0 if self.knot_cost is None else self.knot_cost.num_rows
+        self.m_tau = W.shape[0] + self.num_limit_rows + self.num_cost_rows
 
         self.set_initial_state(q_init, v_init)
         self.set_nominal(q_nom, v_nom)
@@ -457,6 +469,25 @@ class IDTOProblem:
         Jl = np.matmul(self._limit_P, dtau) * (self._limit_scale * active)[:, None, :, None]
         return np.concatenate([Jtau, Jl], axis=2)
 
+    def _tau_block_jacobian(self, tr: "Trajectory", dtau, dvdq_cur, dvdq_back) -> np.ndarray:
+        """``Jtau (T, 3, mτ, nv)``: :meth:`_weighted_tau_jacobian` and the knot-cost rows' Jacobian."""
+        Jtau = self._weighted_tau_jacobian(tr.tau, dtau)
+        if self.knot_cost is None:
+            return Jtau
+        _, Jc = self.knot_cost.jacobian(tr.q, tr.v, tr.tau, dtau, dvdq_cur, dvdq_back)
+        return np.concatenate([Jtau, Jc], axis=2)
+
+    def task_cost(self, tr: "Trajectory") -> float:
+        """The shared cost of trajectory ``tr``: the knot cost ``J`` (module
+        :mod:`~contactopt.solvers.idto.knot_cost`) plus the diagonal tracking terms, without
+        the unactuated penalty and the actuator-limit rows."""
+        r = self._residuals(tr)
+        T, nv, mt = self.T, self.nv, self.m_tau
+        off = 2 * (T + 1) * nv
+        rt = r[off:].reshape(T, mt)
+        keep = np.r_[0:nv, mt - self.num_cost_rows:mt]
+        return 0.5 * float(r[:off] @ r[:off] + np.sum(rt[:, keep] ** 2))
+
     def tau_cost_rows(self, constrained: bool = False) -> np.ndarray | slice:
         """Rows of each step's ``mτ`` τ-block that make the cost: all of them, or with
         ``constrained`` (the equality-constrained solver) all but the unactuated-penalty rows
@@ -540,7 +571,7 @@ class IDTOProblem:
     def _convex(self):
         cd = getattr(self._local, "convex", None)
         if cd is None:
-            from ..contact import ConvexDynamics
+            from ...contact import ConvexDynamics
             cd = self._local.convex = ConvexDynamics(self._mh, self._convex_contact)
         return cd
 
@@ -759,6 +790,8 @@ class IDTOProblem:
         rt = tr.tau @ self._Wtau.T
         if self.num_limit_rows:
             rt = np.concatenate([rt, self._limit_residuals(tr.tau)], axis=1)
+        if self.knot_cost is not None:
+            rt = np.concatenate([rt, self.knot_cost.residuals(tr.q, tr.v, tr.tau)[0]], axis=1)
         return np.concatenate([rq.ravel(), rv.ravel(), rt.ravel()])
 
     def cost(self, q) -> float:
@@ -967,7 +1000,7 @@ class IDTOProblem:
         else:
             blocks = [job(t) for t in range(T)]
         dtau = np.asarray(blocks)
-        Jtau = self._weighted_tau_jacobian(tr.tau, dtau)  # (T, 3, mτ, nv)
+        Jtau = self._tau_block_jacobian(tr, dtau, dvdq_cur, dvdq_back)  # (T, 3, mτ, nv)
         t2 = time.perf_counter()
         return Linearization(r, Jq, Jv, Jtau, {"residual": t1 - t0, "jacobian": t2 - t1}, tr.tau, dtau)
 
@@ -1122,7 +1155,7 @@ class IDTOProblem:
             dtau[1:, 1] = Av[1:] @ dvdq_back[2:] - Mh[1:] @ dvdq_cur[1:T]
         if T > 2:
             dtau[2:, 0] = -Mh[2:] @ dvdq_prev[2:T]
-        Jtau = self._weighted_tau_jacobian(tau, dtau)  # (T, 3, mτ, nv)
+        Jtau = self._tau_block_jacobian(tr, dtau, dvdq_cur, dvdq_back)  # (T, 3, mτ, nv)
         t2 = time.perf_counter()
         return Linearization(r, Jq, Jv, Jtau, {"residual": t1 - t0, "jacobian": t2 - t1}, tau, dtau)
 

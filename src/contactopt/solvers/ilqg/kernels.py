@@ -1,7 +1,7 @@
 """Compiled (numba) kernels of the iLQG backward pass.
 
 Two kernels, both exact transcriptions of the Python reference in
-:mod:`contactopt.solvers.ilqg` (same algorithm, same decisions, same arithmetic):
+:mod:`contactopt.solvers.ilqg.solver` (same algorithm, same decisions, same arithmetic):
 
 * :func:`box_qp_kernel` — the projected-Newton box QP of
   :func:`~contactopt.solvers.ilqg.solve_box_qp`
@@ -29,9 +29,9 @@ from numba import njit, types
 from numba.core.errors import NumbaPerformanceWarning
 from numba.extending import get_cython_function_address
 
-from ..dynamics.mujoco_fd import _mv  # ``M @ v`` exactly as numpy computes it
+from ...native import mv  # ``M @ v`` exactly as numpy computes it
 
-# _mv's single-row branch takes a strided row on purpose (numpy's arithmetic); not a problem
+# mv's single-row branch takes a strided row on purpose (numpy's arithmetic); not a problem
 warnings.filterwarnings("ignore", message=r"np\.dot\(\) is faster on contiguous arrays",
                         category=NumbaPerformanceWarning)
 
@@ -113,7 +113,7 @@ def _clip(x, lower, upper):
 
 @njit(cache=True)
 def _free_set(H, g, x, lower, upper):
-    grad = g + _mv(H, x)
+    grad = g + mv(H, x)
     clamped = ((x <= lower) & (grad > 0)) | ((x >= upper) & (grad < 0))
     return grad, ~clamped
 
@@ -178,7 +178,7 @@ def box_qp_kernel(H, g, lower, upper, x0, max_iterations, min_gradient, min_rela
             for a in range(fi.shape[0]):
                 for b in range(ci.shape[0]):
                     Hfc[a, b] = H[fi[a], ci[b]]
-            grad_held = grad_held + _mv(Hfc, x[ci])
+            grad_held = grad_held + mv(Hfc, x[ci])
         sol = cholesky_solve(Lt, grad_held.reshape(-1, 1))[:, 0]
         search = np.zeros(n)
         search[fi] = -sol - x[fi]
@@ -223,13 +223,13 @@ def _value_update(Qx, Qu, Qxx, Qux, Quu, Ki, ki, improved):
     if improved:
         QuuK = np.dot(Quu, Ki)
         W = np.dot(Ki.T, Qux)
-        Vx = Qx + _mv(Ki.T, _mv(Quu, ki) + Qu) + _mv(Qux.T, ki)
+        Vx = Qx + mv(Ki.T, mv(Quu, ki) + Qu) + mv(Qux.T, ki)
         Vxx = Qxx + np.dot(Ki.T, QuuK) + W + W.T
     else:
-        Vx = Qx + _mv(Qux.T, ki)
+        Vx = Qx + mv(Qux.T, ki)
         Vxx = Qxx + np.dot(Qux.T, Ki)
     Vxx = np.ascontiguousarray(0.5 * (Vxx + Vxx.T))
-    return Vx, Vxx, np.dot(ki, _mv(Quu, ki))
+    return Vx, Vxx, np.dot(ki, mv(Quu, ki))
 
 
 @njit(cache=True)
@@ -264,7 +264,7 @@ def backward_pass_kernel(F, lz, lzz, FtF, Vx_T, Vxx_T, mu, state_reg, improved,
     for i in range(T - 1, -1, -1):
         Fi = F[i]
         Fti = np.ascontiguousarray(Fi.T)
-        Qz = lz[i] + _mv(Fti, Vx)
+        Qz = lz[i] + mv(Fti, Vx)
         Qzz = lzz[i] + np.dot(Fti, np.dot(Vxx, Fi))
         Qx = Qz[:n].copy()
         Qu = Qz[n:].copy()

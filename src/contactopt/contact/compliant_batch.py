@@ -1,10 +1,10 @@
 """Batched evaluation of the compliant contact model over many configurations (IDTO's hot path).
 
-:meth:`ContactModel.forces` answers one state at a time through
+:meth:`CompliantContactModel.forces` answers one state at a time through
 :func:`~contactopt.contact.geometry.contact_space` (general, validated, ~0.1–0.3 ms of
 Python per call).  An IDTO iteration needs the contact force at every time step (and, for
 finite-difference derivatives, at ``nv`` perturbed configurations per step), so
-:class:`ContactBatch` splits the work in two:
+:class:`CompliantContactBatch` splits the work in two:
 
 1. a lean per-configuration loop of MuJoCo C calls on a private model copy
    (``mj_kinematics``, ``mj_collision``, ``mj_comPos`` with every margin raised to
@@ -17,13 +17,13 @@ finite-difference derivatives, at ``nv`` perturbed configurations per step), so
    NumPy reference it reproduces to rounding.
 
 The pairs, sign conventions, filters (``φ < φ_max``, MuJoCo's exclusions, the body filter of
-the :class:`ContactModel`, ``μ = 0`` for condim-1 contacts) and the force law are those of
-:meth:`ContactModel.forces`; the generalized forces agree to rounding.
+the :class:`CompliantContactModel`, ``μ = 0`` for condim-1 contacts) and the force law are those of
+:meth:`CompliantContactModel.forces`; the generalized forces agree to rounding.
 
 Derivatives per configuration (``(nv, nv)`` each):
 
 * ``∂F/∂v`` exact: ``Σ_i J_iᵀ (∂γ_i/∂v_c) J_i``;
-* ``∂F/∂q`` in closed form (:meth:`ContactBatch._position_derivative`).  With the world
+* ``∂F/∂q`` in closed form (:meth:`CompliantContactBatch._position_derivative`).  With the world
   force ``f_i = f_n (n̂ + r)`` of pair ``i`` and ``A_i = Jp(b2, p) − Jp(b1, p)``,
   ``F = Σ_i A_iᵀ f_i`` and::
 
@@ -34,7 +34,7 @@ Derivatives per configuration (``(nv, nv)`` each):
     (``cdof``): ``∂u_j/∂q_k = ω_k × u_j − ω_j × u_k`` for the point velocities ``u_j`` and every
     dof ``k`` that turns axis ``j`` (ancestors; the same ball / free-rotation joint);
   - the motion of the contact point ``p`` and of the normal ``n̂``, from the local geometry at
-    the witness points (:meth:`ContactBatch._classify`): a *flat* side (plane, box face) turns
+    the witness points (:meth:`CompliantContactBatch._classify`): a *flat* side (plane, box face) turns
     its normal with its body; a *point* core (sphere centre, capsule end, box corner) or a
     *line* core (capsule segment, box edge, cylinder axis, along which the nearest point slides)
     carries the witness point at its radius along ``n̂``.
@@ -46,7 +46,7 @@ Derivatives per configuration (``(nv, nv)`` each):
   :attr:`BatchForces.exact` is False for the configuration, unless that pair's force is
   negligible (below 100× the query threshold or 10⁻⁵ × the configuration's largest contact
   force: its other terms, which scale with the force, are then below finite-difference accuracy);
-  :class:`~contactopt.idto.problem.IDTOProblem` then uses forward differences for that step.
+  :class:`~contactopt.solvers.idto.problem.IDTOProblem` then uses forward differences for that step.
 """
 
 from __future__ import annotations
@@ -60,46 +60,48 @@ import mujoco
 import numpy as np
 from numba import njit as _njit
 
-from ..contact.geometry import SYNCED_FIELDS
-from ..dynamics import mujoco_fd as _fd
+from .. import native
 from ..errors import ParameterError, as_array
-from .contact import (
-    ContactModel,
+from .compliant import (
+    CompliantContactModel,
     hunt_crossley_factor,
     hunt_crossley_factor_scalar,
     regularized_friction,
     softplus_normal_force,
     softplus_normal_force_scalar,
 )
+from .geometry import SYNCED_FIELDS
 
-__all__ = ["ContactBatch", "BatchForces"]
+__all__ = ["CompliantContactBatch", "BatchForces"]
 
 # =========================================================================== native collection loop
 #
-# The per-configuration loop of :meth:`ContactBatch._collect` (``mj_kinematics``, ``mj_collision``,
-# ``mj_comPos`` and the copies of the contact data) runs as a numba kernel without the GIL that
+# The per-configuration loop of :meth:`CompliantContactBatch._collect` (``mj_kinematics``,
+# ``mj_collision``, ``mj_comPos`` and the copies of the contact data) runs as a numba kernel without the GIL that
 # calls the very MuJoCo C functions the bindings call (the mechanism of
-# :mod:`contactopt.dynamics.mujoco_fd`: the ``libmujoco`` of the bindings, on the ``MjModel`` /
+# :mod:`contactopt.native`: the ``libmujoco`` of the bindings, on the ``MjModel`` /
 # ``MjData`` pointers of the Python objects), so its outputs are bit for bit those of the Python
 # loop, which remains the reference and the fallback.  The kernel reads ``mjData.ncon`` and the
 # ``mjData.contact`` pointer from the ``mjData`` struct and the contact fields from the
 # ``mjContact`` array at byte offsets measured once from the bindings' own views
 # (:func:`_contact_layout`, checked on a probe model with contacts; any mismatch disables the
-# kernel).  As in ``mujoco_fd``: a MuJoCo *fatal* error inside the kernel goes to MuJoCo's default
-# handler, which prints it and ends the process, where the Python loop raised ``mujoco.FatalError``.
+# kernel).  As in :mod:`contactopt.native`: a MuJoCo *fatal* error inside the kernel goes to
+# MuJoCo's default handler, which prints it and ends the process, where the Python loop raised
+# ``mujoco.FatalError``.
 
 #: run the compiled collection loop where available (False: the Python loop; the same results)
 NATIVE_COLLECT = True
 
 
-_mj_kinematics, _mj_compos, _mj_collision = _fd._mj_kinematics, _fd._mj_compos, _fd._mj_collision
+_mj_kinematics, _mj_compos, _mj_collision = (native.mj_kinematics, native.mj_compos,
+                                              native.mj_collision)
 
 
 def _struct_offsets(d: mujoco.MjData):
     """Byte offsets in the ``mjData`` struct of ``ncon`` and of the ``contact`` pointer (the field
     after the ``cfrc_ext`` pointer, found by its address among the pointer slots after ``ncon``)."""
-    ncon_off = _fd.ncon_field_offset(d)
-    return ncon_off, _fd.pointer_field_offset(d, d.cfrc_ext.ctypes.data, ncon_off) + 8
+    ncon_off = native.ncon_field_offset(d)
+    return ncon_off, native.pointer_field_offset(d, d.cfrc_ext.ctypes.data, ncon_off) + 8
 
 
 def _contact_layout():
@@ -109,7 +111,7 @@ def _contact_layout():
     on two MjData of a probe model (overlapping spheres and a box) and checked against the
     bindings' ``d.ncon`` and ``d.contact`` views at several configurations.
     """
-    if not _fd.NATIVE:
+    if not native.NATIVE:
         return None
     try:
         m = mujoco.MjModel.from_xml_string(
@@ -158,7 +160,7 @@ _CONTACT_FIELDS = np.array(_LAYOUT[3] if _LAYOUT is not None else (0,) * 6, dtyp
 def _collect_kernel(m, d, ncon_off, con_off, stride, fields, qpos, dq, k0, top,
                     cfg, dist, geom, fric, excl, pos, frame,
                     d_cdof, d_scom, cdof, scom, want_x, d_xmat, d_xpos, xmat, xpos, status):
-    """The loop of :meth:`ContactBatch._collect` from configuration ``k0`` (contacts so far:
+    """The loop of :meth:`CompliantContactBatch._collect` from configuration ``k0`` (contacts so far:
     ``top``).  ``status = (k, top, end)``: ``k == K`` when done, else configuration ``k`` needs
     ``end`` entries of capacity (its data are redone on the next call)."""
     K = qpos.shape[0]
@@ -168,8 +170,8 @@ def _collect_kernel(m, d, ncon_off, con_off, stride, fields, qpos, dq, k0, top,
     s4 = stride // 4
     o_dist, o_pos, o_frame, o_fric = fields[0] // 8, fields[1] // 8, fields[2] // 8, fields[3] // 8
     o_geom, o_excl = fields[4] // 4, fields[5] // 4
-    ncon_p = _fd.raw_i32(d + ncon_off, 1)
-    con_p = _fd.raw_u64(d + con_off, 1)
+    ncon_p = native.raw_i32(d + ncon_off, 1)
+    con_p = native.raw_u64(d + con_off, 1)
     for k in range(k0, K):
         for j in range(nq):
             dq[j] = qpos[k, j]
@@ -191,8 +193,8 @@ def _collect_kernel(m, d, ncon_off, con_off, stride, fields, qpos, dq, k0, top,
             status[2] = end
             return
         addr = con_p[0]
-        cf = _fd.raw_f64(addr, n * s8)
-        ci = _fd.raw_i32(addr, n * s4)
+        cf = native.raw_f64(addr, n * s8)
+        ci = native.raw_i32(addr, n * s4)
         for c in range(n):
             i = top + c
             b8 = c * s8
@@ -226,12 +228,12 @@ _NONE, _FLAT, _POINT, _LINE = 0, 1, 2, 3  # local geometry at a witness point (_
 
 # =========================================================================== compiled force evaluation
 #
-# :meth:`ContactBatch.forces` after the collection loop (the filters, the contact Jacobians, the force
+# :meth:`CompliantContactBatch.forces` after the collection loop (the filters, the contact Jacobians, the force
 # law, ``∂F/∂v`` and the closed-form ``∂F/∂q`` with the classification of the local geometry) as one
 # compiled pass over the raw contacts, configuration by configuration, accumulating each contact's
 # terms into its configuration's outputs.  The formulas are those of the NumPy reference
-# (:meth:`ContactBatch._collect`, :meth:`ContactBatch._classify`,
-# :meth:`ContactBatch._position_derivative` and the rest of :meth:`ContactBatch.forces`), which
+# (:meth:`CompliantContactBatch._collect`, :meth:`CompliantContactBatch._classify`,
+# :meth:`CompliantContactBatch._position_derivative` and the rest of :meth:`CompliantContactBatch.forces`), which
 # remains the fallback; the results agree to rounding (sums in another order).
 
 #: evaluate the forces and derivatives of the collected contacts as one compiled pass (False: the
@@ -241,7 +243,7 @@ NATIVE_FORCES = True
 
 @_njit(cache=True, nogil=True, inline="always", error_model="numpy")
 def _classify_side(t, size, wx, wy, wz, ox, oy, oz, have_frames, R, cx, cy, cz, out, side):
-    """:meth:`ContactBatch._classify` of one side: geom type ``t``, ``size (3,)``, witness point
+    """:meth:`CompliantContactBatch._classify` of one side: geom type ``t``, ``size (3,)``, witness point
     ``w``, outward normal ``o``, geom rotation ``R (9,)`` (row-major) and centre ``c`` (read when
     ``have_frames``).  Writes ``out[side] = (kind, ρ, core (3), axis (3))``."""
     kind = _NONE
@@ -315,7 +317,7 @@ def _forces_kernel(top, cfg, dist, geom, fric, excl, pos, frame, cdof, scom, xma
                    w_max, geom_body, body_weld, body_root, body_mask, dof_moves, frictionless, friction,
                    gtype, gsize, before, stiffness, smoothing, dissipation_velocity, stiction_velocity,
                    force_threshold, want_dv, want_dq, F, dFdv, dFdq, count, dofs, exact):
-    """:meth:`ContactBatch.forces` of the raw contacts ``[0, top)`` of :meth:`ContactBatch._collect_raw`.
+    """:meth:`CompliantContactBatch.forces` of the raw contacts ``[0, top)`` of :meth:`CompliantContactBatch._collect_raw`.
 
     ``friction < 0``: MuJoCo's per-pair coefficient (0 for condim 1); ``body_mask`` empty: no body
     filter; ``xmat`` empty: no geom frames (no capsule, cylinder or box in the model).  Writes ``F``,
@@ -679,19 +681,19 @@ class _Scratch:
         self.per_config = 4.0  # contacts per configuration seen last (buffer capacity hint)
 
 
-class ContactBatch:
-    """Vectorized compliant contact forces of a :class:`ContactModel` (module docstring).
+class CompliantContactBatch:
+    """Vectorized compliant contact forces of a :class:`CompliantContactModel` (module docstring).
 
     Args:
-      contact: the :class:`ContactModel` (its model and parameters are read at every
+      contact: the :class:`CompliantContactModel` (its model and parameters are read at every
         :meth:`forces` call, so edits of synced model fields and parameters take effect).
 
     Thread-safe: each thread uses its own private model copy.
     """
 
-    def __init__(self, contact: ContactModel):
-        if not isinstance(contact, ContactModel):
-            raise ParameterError(f"ContactBatch: contact must be a ContactModel, got {type(contact).__name__}")
+    def __init__(self, contact: CompliantContactModel):
+        if not isinstance(contact, CompliantContactModel):
+            raise ParameterError(f"CompliantContactBatch: contact must be a CompliantContactModel, got {type(contact).__name__}")
         self.contact = contact
         self.model = contact.model
         self._local = threading.local()

@@ -9,7 +9,7 @@ Given a state (q, v) and a cost ℓ(a) over accelerations, find::
 where ``g(a) = M a + c − Jᵀ f(J a − aref)`` is MuJoCo's inverse dynamics with
 its soft constraints (contacts, joint limits, friction loss, equalities), read
 from ONE MuJoCo evaluation of the state and iterated on in compiled code
-(:mod:`contactopt.gdd._kernels`):
+(:mod:`contactopt.solvers.gdd._kernels`):
 
 * Gauss-Newton with ``P = ∂g/∂a = M + JᵀH[s]J`` (eq. 15) and Hessian
   ``P R P + H[ℓ]`` (eq. 18), ``R = M⁻¹``; exact inside each piece where the
@@ -66,8 +66,8 @@ from dataclasses import dataclass, replace
 import mujoco
 import numpy as np
 
-from ..errors import NonFiniteError, ParameterError, as_array, check_positive
-from ..simulate import SimulationError
+from ...errors import NonFiniteError, ParameterError, as_array, check_positive
+from ...simulate import SimulationError
 from . import _kernels as K
 from .costs import _STRUCTURE, Cost, CostTerm
 from .problem import ActuationModel, DataViews, GDDProblem
@@ -507,7 +507,7 @@ class GDDSolver:
             The compiled step computes the stages without ``mj_island`` (the forward
             solver's constraint partition, unused here): ``data.nisland`` is then 0,
             which MuJoCo's forward solver handles with the same result.
-          cost: a :class:`~contactopt.gdd.costs.Cost` or a single term.
+          cost: a :class:`~contactopt.solvers.gdd.costs.Cost` or a single term.
           initial_qacc: ``(nv,)`` initial guess; default: the previous solution when
             warm starting, else ``data.qacc``.
           problem: an already built :class:`GDDProblem` of this state.
@@ -1109,9 +1109,9 @@ def _efc_layout():
 
 
 def _measure_efc_layout():
-    from ..dynamics import mujoco_fd as fd
+    from ... import native
 
-    if not fd.NATIVE:
+    if not native.NATIVE:
         return None
     m = mujoco.MjModel.from_xml_string(
         "<mujoco><worldbody><geom type='plane' size='1 1 0.1'/>"
@@ -1123,7 +1123,7 @@ def _measure_efc_layout():
     for trial in range(2):  # two MjData: the same offsets
         d = mujoco.MjData(m)
         base = d._address
-        counts = fd.ncon_field_offset(d)
+        counts = native.ncon_field_offset(d)
         cur = np.zeros(K.DL_N, dtype=np.int64)
         cur[K.DL_NEFC] = counts + 16  # ncon, ne, nf, nl, nefc
         seen = set()
@@ -1139,7 +1139,7 @@ def _measure_efc_layout():
             for k, name in enumerate(_EFC_FIELDS, start=1):
                 addr = getattr(d, name).ctypes.data
                 if not cur[k]:
-                    cur[k] = fd.pointer_field_offset(d, addr, int(counts))
+                    cur[k] = native.pointer_field_offset(d, addr, int(counts))
                 if ctypes.c_uint64.from_address(base + int(cur[k])).value != addr:
                     return None
         if len(seen) < 3 or (layout is not None and not np.array_equal(layout, cur)):
@@ -1154,16 +1154,16 @@ _FLAGS_OFFSET = []  # [byte offset of mjModel.opt.disableflags or None] once mea
 def _flags_offset():
     """Byte offset in the ``mjModel`` struct of ``opt.disableflags`` (then ``enableflags``), or
     None: the compiled step then runs ``mj_fwdPosition`` as it is (with ``mj_island``).
-    Measured once (:func:`~contactopt.dynamics.mujoco_fd.option_flags_offset`) on two probe
+    Measured once (:func:`~contactopt.native.option_flags_offset`) on two probe
     models of different sizes, which must agree."""
     if not _FLAGS_OFFSET:
-        from ..dynamics import mujoco_fd as fd
+        from ... import native
 
         off = None
         try:
-            if fd.NATIVE:
-                a = fd.option_flags_offset(mujoco.MjModel.from_xml_string("<mujoco/>"))
-                b = fd.option_flags_offset(mujoco.MjModel.from_xml_string(
+            if native.NATIVE:
+                a = native.option_flags_offset(mujoco.MjModel.from_xml_string("<mujoco/>"))
+                b = native.option_flags_offset(mujoco.MjModel.from_xml_string(
                     "<mujoco><worldbody><body><freejoint/><geom size='0.1'/></body>"
                     "<site name='s'/></worldbody></mujoco>"))
                 off = a if a == b else None

@@ -1,0 +1,29 @@
+"""Inverse-dynamics trajectory optimization (IDTO): problem and trust-region solver.
+
+* :mod:`.problem` — :class:`IDTOProblem`: decision variables ``q_1 … q_T``,
+  implicit inverse dynamics, residual form ``L = ½‖r‖²`` and block Jacobians; contact
+  forces of a :class:`~contactopt.contact.compliant.CompliantContactModel` (batched by
+  :class:`~contactopt.contact.compliant_batch.CompliantContactBatch`, IDTO's hot path) or the
+  convex model.
+* :mod:`.solver` — :class:`IDTOSolver`: Gauss–Newton with a block-pentadiagonal
+  Hessian, banded Cholesky, diagonal scaling and a dogleg trust region; penalty or
+  equality-constrained (Lagrange-multiplier) treatment of underactuation.
+"""
+
+from .problem import IDTOProblem, Linearization, Trajectory
+from .solver import (
+    BandedHessian,
+    ConvergenceCriteria,
+    IDTOSolver,
+    IterationLog,
+    SolverOptions,
+    SolverResult,
+    SolverStatus,
+    gauss_newton_system,
+)
+
+__all__ = [
+    "IDTOProblem", "Linearization", "Trajectory", "BandedHessian", "ConvergenceCriteria",
+    "IDTOSolver", "IterationLog", "SolverOptions", "SolverResult", "SolverStatus",
+    "gauss_newton_system",
+]
