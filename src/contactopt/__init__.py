@@ -49,6 +49,7 @@ from .model import (
 )
 from .models import BUNDLED_MODELS
 from .simulate import SimulationError, SimulationResult, simulate
+from .task import Task, load_task_file
 
 __all__ = [
     "__version__",
@@ -58,10 +59,20 @@ __all__ = [
     "integrate_position", "load_model", "model_name", "num_steps", "pack_state",
     "position_difference", "reset_to_keyframe", "set_state", "state_difference",
     "state_integrate", "state_size", "tangent_size", "total_mass", "unpack_state",
-    "with_timestep", "BUNDLED_MODELS", "SimulationResult", "simulate", "list_models",
+    "with_timestep", "BUNDLED_MODELS", "Task", "load_task_file", "SimulationResult", "simulate", "list_models",
 ]
 
 
 def list_models() -> list[str]:
     """Names of the bundled models (``contactopt models`` shows them with dimensions)."""
     return list(BUNDLED_MODELS)
+
+
+def __getattr__(name):
+    # ``contactopt.planners`` imports the solvers: loaded on first use, so that importing the
+    # package (and listing models or tasks) stays cheap
+    if name == "planners":
+        import importlib
+
+        return importlib.import_module(".planners", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -70,8 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("run", help="run a task with a planner (lists the tasks when none is given)")
-    r.add_argument("task", nargs="?", metavar="TASK", help="task name; omit to list the tasks")
-    r.add_argument("--planner", default=None, help="ilqg, idto or gdd (default: the task's only planner)")
+    r.add_argument("task", nargs="?", metavar="TASK_OR_FILE",
+                   help="bundled task name, or a Python file that defines TASK = contactopt.Task(...); "
+                        "omit to list the tasks")
+    r.add_argument("--planner", default=None,
+                   help="ilqg, ilqg-textbook, idto or gdd (default: ilqg for a task file, else the task's first)")
+    r.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", dest="settings",
+                   help="planner option or cost weight, e.g. horizon=0.5 or weight.qpos=10 (repeatable; "
+                        "task files only); --set help lists the keys")
+    r.add_argument("--save-trajectory", type=Path, default=None, metavar="FILE.npz",
+                   help="write time, qpos, qvel, ctrl and each update's cost, compute time and lag (task files)")
+    r.add_argument("--camera", default="video", help="video camera name (default: 'video', else automatic)")
+    r.add_argument("--width", type=int, default=640, help="video width in pixels (default 640)")
+    r.add_argument("--height", type=int, default=480, help="video height in pixels (default 480)")
+    r.add_argument("--fps", type=float, default=30.0, help="video frame rate (default 30)")
     r.add_argument("--seconds", type=float, default=None, help="simulated seconds (default: the task's)")
     r.add_argument("--seed", type=int, default=0, help="seed of the initial state (default 0)")
     r.add_argument("--video", type=Path, default=None, metavar="PATH", help="write an H.264 MP4 here")
@@ -107,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("contactopt: interrupted", file=sys.stderr)
         return 130
+    except SystemError as exc:  # Ctrl-C inside a compiled kernel surfaces as SystemError
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
+            print("contactopt: interrupted", file=sys.stderr)
+            return 130
+        raise
     except BrokenPipeError:  # output piped into e.g. `head`, which closed early
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout at exit
@@ -258,25 +275,127 @@ def cmd_bench(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
-    """``contactopt run TASK --planner P``: a closed-loop run of a task; lists the tasks without one."""
-    from .tasks import available_tasks, load_task
+def _is_task_file(text: str) -> bool:
+    return text.endswith(".py") or os.sep in text or Path(text).is_file()
 
-    if args.task is None:
-        tasks = available_tasks()
-        if not tasks:
-            print("No tasks are registered yet: the planners (iLQG, IDTO, goal-directed dynamics) "
-                  "add them. Try `contactopt simulate MODEL` meanwhile.")
-        for name, spec in sorted(tasks.items()):
-            print(f"{name:20s} {spec.model:12s} {'/'.join(spec.planners):12s} {spec.description}")
-        return 0
-    spec = load_task(args.task)
-    runner = spec.runner(args.planner)
+
+def _list_tasks() -> int:
+    from .tasks import available_tasks
+
+    rows = [("task", "model", "planners", "description")]
+    rows += [(name, spec.model, "/".join(spec.planners), spec.description)
+             for name, spec in sorted(available_tasks().items())]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print("  ".join(f"{c:{w}s}" for c, w in zip(r[:3], widths)) + "  " + r[3])
+    print("\nA Python file that defines TASK = contactopt.Task(...) runs too: contactopt run FILE.py "
+          "--planner ilqg|idto|gdd")
+    return 0
+
+
+def _check_run_args(args) -> None:
+    from .mpc.task_runner import check_seed
+
+    check_seed(args.seed)
     if args.seconds is not None and not (math.isfinite(args.seconds) and args.seconds > 0):
         raise ParameterError(f"--seconds must be a positive finite number, got {args.seconds}")
-    for flag, path in (("--video", args.video), ("--plot", args.plot)):
+    for flag, path in (("--video", args.video), ("--plot", args.plot), ("--save-trajectory", args.save_trajectory)):
         if path is not None and not path.parent.exists():
             raise ParameterError(f"{flag}: directory {path.parent} does not exist")
+    if args.fps <= 0 or not math.isfinite(args.fps):
+        raise ParameterError(f"--fps must be positive, got {args.fps}")
+    if args.video is not None and (args.width <= 0 or args.height <= 0 or args.width % 2 or args.height % 2):
+        raise ParameterError(f"--width and --height must be positive and even for H.264 video, "
+                             f"got {args.width}x{args.height}")
+    if args.slowdown is not None and not (math.isfinite(args.slowdown) and args.slowdown > 0):
+        raise ParameterError(f"--slowdown must be a positive number, got {args.slowdown}")
+    if args.lag is not None and not (math.isfinite(args.lag) and args.lag >= 0):
+        raise ParameterError(f"--lag must be a number of seconds >= 0, got {args.lag}")
+    if args.lag is not None and args.mode == "async":
+        raise ParameterError("--lag applies to --mode sync (async mode measures the lag)")
+    for flag, value in (("--mass-scale", args.mass_scale), ("--friction-scale", args.friction_scale)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ParameterError(f"{flag} must be a positive number, got {value}")
+
+
+def _parse_settings(items) -> dict:
+    out = {}
+    for text in items or ():
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise ParameterError(f"--set {text!r}: expected KEY=VALUE (--set help lists the keys)")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _print_report(report: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    for key, value in report.items():
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        elif isinstance(value, (list, dict)):
+            continue  # time series: --json shows them
+        print(f"{key:22s} {value}")
+
+
+def cmd_run_file(args) -> int:
+    """``contactopt run FILE.py``: the ``TASK`` of a Python file with any registered planner."""
+    from .mpc import registry
+    from .mpc.task_runner import run_task, save_trajectory
+    from .task import load_task_file
+
+    task = load_task_file(args.task)
+    planner = args.planner or "ilqg"
+    registry.spec(planner)  # an unknown planner name lists the valid ones
+    if "help" in (args.settings or ()):
+        rows = registry.settings_help(planner, task)
+        width = max(len(k) for k, _, _ in rows)
+        print(f"--set keys of planner {planner!r} on task {task.name!r}:")
+        for key, default, doc in rows:
+            print(f"  {key:{width}s}  {default:>10s}  {doc}")
+        return 0
+    settings = _parse_settings(args.settings)
+    _check_run_args(args)
+    pushes = [_parse_push(text) for text in args.push or ()]
+    run = run_task(task, planner, seed=args.seed, seconds=args.seconds, mode=args.mode or "sync",
+                   lag=args.lag, slowdown=args.slowdown or 1.0, pushes=pushes,
+                   mass_scale=args.mass_scale or 1.0, friction_scale=args.friction_scale or 1.0,
+                   settings=settings)
+    report = run.report
+    if args.save_trajectory is not None:
+        save_trajectory(run, args.save_trajectory)
+        report["trajectory"] = str(args.save_trajectory)
+    from .mpc.outputs import plot_mpc, write_video
+
+    if args.video is not None:
+        report["video_frames"] = write_video(run.plant, run.result, args.video, fps=args.fps, width=args.width,
+                                             height=args.height, camera=args.camera)
+        report["video"] = str(args.video)
+    if args.plot is not None:
+        plot_mpc(task.name, run.result, args.plot, metric_label="running cost")
+        report["plot"] = str(args.plot)
+    _print_report(report, args.json)
+    return 0 if report.get("success", True) else 3
+
+
+def cmd_run(args) -> int:
+    """``contactopt run TASK --planner P``: a closed-loop run of a task; lists the tasks without one."""
+    from .tasks import load_task
+
+    if args.task is None:
+        return _list_tasks()
+    if _is_task_file(args.task):
+        return cmd_run_file(args)
+    if args.settings:
+        raise ParameterError("--set applies to task files (contactopt run FILE.py); the bundled task "
+                             f"{args.task!r} has fixed settings")
+    if args.save_trajectory is not None:
+        raise ParameterError("--save-trajectory applies to task files (contactopt run FILE.py)")
+    spec = load_task(args.task)
+    runner = spec.runner(args.planner)
+    _check_run_args(args)
     options = {k: v for k, v in (("mode", args.mode), ("slowdown", args.slowdown), ("lag", args.lag),
                                  ("mass_scale", args.mass_scale), ("friction_scale", args.friction_scale))
                if v is not None}
@@ -291,22 +410,8 @@ def cmd_run(args) -> int:
                 key = {"pushes": "push"}.get(key, key).replace("_", "-")
                 raise ParameterError(f"--{key} does not apply to the {args.planner or spec.planners[0]!r} "
                                      f"planner of {spec.name!r}")
-        if "slowdown" in options and not (math.isfinite(args.slowdown) and args.slowdown > 0):
-            raise ParameterError(f"--slowdown must be a positive number, got {args.slowdown}")
-        if "lag" in options and not (math.isfinite(args.lag) and args.lag >= 0):
-            raise ParameterError(f"--lag must be a number of seconds >= 0, got {args.lag}")
-        if "lag" in options and args.mode == "async":
-            raise ParameterError("--lag applies to --mode sync (async mode measures the lag)")
     report = runner(seconds=args.seconds, seed=args.seed, video=args.video, plot=args.plot, **options)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for key, value in report.items():
-            if isinstance(value, float):
-                value = f"{value:.4g}"
-            elif isinstance(value, (list, dict)):
-                continue  # time series: --json shows them
-            print(f"{key:22s} {value}")
+    _print_report(report, args.json)
     return 0 if report.get("success", True) else 3
 
 

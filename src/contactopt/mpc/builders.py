@@ -1,0 +1,196 @@
+"""How each registered planner is built from a :class:`~contactopt.task.Task`.
+
+Every builder takes ``(task, plant, options, weights)``: the task, the plant model, the
+checked options of :mod:`contactopt.mpc.registry` (None = derive from the task and model)
+and the ``weight.NAME`` overrides, and returns a planner with ``reset``, ``update`` and
+``close``.  Derived defaults:
+
+* ``timestep``: :meth:`Task.timestep` (a whole multiple of the model's step, ≥ 10 ms);
+* ``horizon``: :meth:`Task.horizon_seconds` (a pendulum period of the model's size);
+* IDTO's soft actuator limits: on for every model with limited controls, with the weight
+  ``actuator_limit_weight`` (default 1e3 × the largest cost weight);
+* GDD's feature bandwidth ``ω = 2π / horizon``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+
+from ..errors import ParameterError
+from .registry import Option, PlannerSpec, register, task_cost
+
+__all__ = ["build_ilqg", "build_idto", "build_gdd"]
+
+
+def _grid(task, plant, options):
+    """``(h, T)``: the planner time step [s] and the horizon in steps."""
+    h = options.get("timestep") or task.timestep(plant)
+    horizon = options.get("horizon") or task.horizon_seconds(plant)
+    if h <= 0 or horizon <= 0:
+        raise ParameterError(f"timestep and horizon must be positive, got {h} and {horizon}")
+    return float(h), max(1, int(round(horizon / h)))
+
+
+_COMMON = (
+    Option("horizon", float, None, "planning horizon [s] (default: derived from the model)"),
+    Option("timestep", float, None, "planner time step [s] (default: ≥ 10 ms, a multiple of the model's)"),
+    Option("iterations", int, 1, "solver iterations per MPC update"),
+    Option("initial_iterations", int, 30, "solver iterations of the first plan"),
+)
+
+
+# --------------------------------------------------------------------------- iLQG
+
+
+def build_ilqg(task, plant, options, weights, *, textbook: bool = False):
+    """iLQG MPC on MuJoCo dynamics at the planner time step (:class:`~contactopt.mpc.ILQGPlanner`)."""
+    from ..dynamics import MujocoDynamics
+    from ..solvers.ilqg import ILQGSettings
+    from .ilqg_planner import ILQGPlanner
+
+    if plant.nu == 0:
+        raise ParameterError(f"task {task.name}: the model has no actuators; iLQG has nothing to plan")
+    h, T = _grid(task, plant, options)
+    model = task.make_planner_model(plant, h)
+    cost = task_cost(task, model, h, weights)
+    dyn = MujocoDynamics(model, derivative_stride=options["derivative_stride"])
+    fields = {k: options[k] for k in ("mu_min", "mu_max", "delta0") if options.get(k) is not None}
+    settings = ILQGSettings.textbook(**fields) if textbook else ILQGSettings(**fields)
+    lag = options["lag_compensation"]
+    try:
+        planner = ILQGPlanner(dyn, cost, T, settings=settings, iterations_per_update=options["iterations"],
+                              initial_iterations=options["initial_iterations"],
+                              lag_compensation=None if lag == "off" else lag, samples=options["samples"],
+                              sample_scale=options["sample_scale"])
+    except Exception:
+        dyn.close()
+        raise
+    return planner
+
+
+_ILQG_OPTIONS = _COMMON + (
+    Option("derivative_stride", int, 1, "differentiate every k-th step, interpolate between"),
+    Option("mu_min", float, None, "smallest regularization μ of the schedule"),
+    Option("mu_max", float, None, "μ beyond which a solve gives up"),
+    Option("delta0", float, None, "growth factor Δ₀ of the μ schedule (> 1)"),
+    Option("lag_compensation", str, "off", "plan from the state predicted at the policy lag", ("off", "auto")),
+    Option("samples", int, 8, "perturbed control sequences tried after each update (0: plain iLQG)"),
+    Option("sample_scale", float, 0.5, "their standard deviation, as a fraction of each control's range"),
+)
+register(PlannerSpec("ilqg", "iLQG MPC with the improvements of Tassa et al. (2012)", _ILQG_OPTIONS,
+                     build_ilqg))
+register(PlannerSpec("ilqg-textbook", "textbook iLQG (control regularization, plain value update)",
+                     _ILQG_OPTIONS, lambda *a: build_ilqg(*a, textbook=True)))
+
+
+# --------------------------------------------------------------------------- IDTO
+
+
+def _may_collide(model: mujoco.MjModel) -> bool:
+    """Whether any two geoms of different bodies may collide (contype/conaffinity or a pair)."""
+    if model.npair:
+        return True
+    ct, ca, body = model.geom_contype, model.geom_conaffinity, model.geom_bodyid
+    for i in range(model.ngeom):
+        for j in range(i + 1, model.ngeom):
+            if body[i] != body[j] and ((ct[i] & ca[j]) or (ct[j] & ca[i])):
+                return True
+    return False
+
+
+def build_idto(task, plant, options, weights):
+    """IDTO MPC (:class:`~contactopt.mpc.IDTOPlanner`) on the task's cost at IDTO's knots.
+
+    The cost takes IDTO's diagonal tracking form when it is exactly quadratic in ``q``, ``v``
+    and simple motor controls (``fast_path``), else the general knot rows of
+    :mod:`contactopt.solvers.idto.knot_cost`.
+    """
+    from ..contact.compliant import CompliantContactModel
+    from ..model import actuation_map
+    from ..solvers.idto import IDTOProblem, SolverOptions
+    from ..solvers.idto.knot_cost import quadratic_tracking
+    from .idto_planner import IDTOPlanner
+
+    if plant.nu == 0:
+        raise ParameterError(f"task {task.name}: the model has no actuators; IDTO has nothing to plan")
+    h, T = _grid(task, plant, options)
+    model = task.make_planner_model(plant, h)
+    cost = task_cost(task, model, h, weights)
+    G_pinv = np.linalg.pinv(actuation_map(model).control_gain)
+    fast = quadratic_tracking(cost, G_pinv) if options["fast_path"] else None
+    limited = bool(np.any(model.actuator_ctrllimited) or np.any(model.actuator_forcelimited))
+    w_lim = options["actuator_limit_weight"]
+    if w_lim is None:
+        wmax = max([t.weight for t in cost.running.terms] + [1.0])
+        w_lim = 1e3 * wmax if limited else 0.0
+    contact = CompliantContactModel(model) if (options["contact"] and _may_collide(model)) else None
+    q0 = plant.qpos0.copy()
+    kwargs = dict(contact=contact, actuator_limit_weight=w_lim, workers=options["workers"])
+    if fast is not None:
+        problem = IDTOProblem(model, T, h, q0, Qq=fast["Qq"], Qv=fast["Qv"], R=fast["R"], Qf_q=fast["Qf_q"],
+                              Qf_v=fast["Qf_v"], q_nom=fast["q_nom"], v_nom=fast["v_nom"],
+                              unactuated_penalty=options["unactuated_penalty"], **kwargs)
+    else:
+        problem = IDTOProblem(model, T, h, q0, Qq=0.0, Qv=0.0, R=0.0, cost=cost,
+                              unactuated_penalty=options["unactuated_penalty"], **kwargs)
+    solver_options = SolverOptions(convergence=None, initial_radius=options["trust_radius"])
+    return IDTOPlanner(problem, plant_model=plant, options=solver_options,
+                       initial_iterations=options["initial_iterations"],
+                       iterations_per_update=options["iterations"], kp=options["kp"], kd=options["kd"],
+                       samples=options["samples"], sample_cost=cost, sample_scale=options["sample_scale"])
+
+
+register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et al. 2023), one "
+                     "trust-region iteration per update", _COMMON + (
+                         Option("trust_radius", float, 1.0, "initial trust radius Δ₀ (scaled units)"),
+                         Option("kp", float, 0.0, "policy stiffness along each actuator [N·m/rad or N/m]"),
+                         Option("kd", float, 0.0, "policy damping along each actuator [N·m·s/rad or N·s/m]"),
+                         Option("unactuated_penalty", float, 1e3, "weight of forces on unactuated dofs"),
+                         Option("actuator_limit_weight", float, None,
+                                "weight of the soft control limits (default: 1e3 × the largest cost "
+                                "weight when the model limits its controls)"),
+                         Option("contact", bool, True, "model contact with IDTO's compliant contact model"),
+                         Option("fast_path", bool, True, "use IDTO's diagonal weights for quadratic "
+                                "tracking costs"),
+                         Option("workers", int, 1, "threads for the Jacobian"),
+                         Option("samples", int, 8, "perturbed control sequences rolled out after each "
+                                "update; a cheaper one restarts the plan (0: plain IDTO)"),
+                         Option("sample_scale", float, 0.5, "their standard deviation, as a fraction of "
+                                "each control's range"),
+                     ), build_idto))
+
+
+# --------------------------------------------------------------------------- GDD
+
+
+def build_gdd(task, plant, options, weights):
+    """Goal-directed dynamics at the measured state (:class:`~contactopt.mpc.gdd_planner.GDDPlanner`);
+    the task's terms become acceleration features (:mod:`contactopt.solvers.gdd.features`)."""
+    from ..solvers.gdd import Cost, GDDSettings
+    from ..solvers.gdd.features import acceleration_terms
+    from .gdd_planner import GDDPlanner
+    from .registry import apply_cost_weights
+
+    if plant.nu == 0:
+        raise ParameterError(f"task {task.name}: the model has no actuators; goal-directed dynamics "
+                             "has nothing to control")
+    model = task.make_planner_model(plant, float(plant.opt.timestep))
+    bandwidth = options["bandwidth"]
+    if bandwidth is None:
+        bandwidth = 2.0 * math.pi / (options.get("horizon") or task.horizon_seconds(plant))
+    terms = apply_cost_weights(task.cost_terms(model), weights)
+    try:
+        features = acceleration_terms(terms, bandwidth=bandwidth)
+    except ParameterError as exc:
+        raise ParameterError(f"planner 'gdd' cannot run task {task.name}: {exc}") from None
+    return GDDPlanner(model, Cost(*features), GDDSettings(max_iterations=options["max_iterations"]))
+
+
+register(PlannerSpec("gdd", "goal-directed dynamics (Todorov 2018): a zero-horizon planner", (
+    Option("horizon", float, None, "time scale [s] of the features' PD law (ω = 2π / horizon)"),
+    Option("bandwidth", float, None, "ω [1/s] of the features' PD law: k_p = ω², k_d = 2ω"),
+    Option("max_iterations", int, 50, "Gauss-Newton iterations per solve"),
+), build_gdd))

@@ -1,0 +1,74 @@
+"""Goal-directed dynamics as a zero-horizon MPC planner.
+
+Each update solves goal-directed dynamics (:class:`~contactopt.solvers.gdd.GDDSolver`) at
+the measured state: the control whose inverse dynamics minimize
+``½ g(a)ᵀM⁻¹g(a) + ℓ(a)`` for the task's cost written over accelerations
+(:mod:`contactopt.solvers.gdd.features`).  The policy is that control, held until the next
+update (:class:`~contactopt.mpc.policy.ConstantPolicy`).  There is no horizon: the planner
+is as far-sighted as its cost's PD features.
+"""
+
+from __future__ import annotations
+
+import time
+
+import mujoco
+import numpy as np
+
+from ..errors import ContactoptError, as_array
+from ..solvers.gdd import Cost, GDDSettings, GDDSolver
+from .policy import ConstantPolicy
+from .runner import PlannerUpdate
+
+__all__ = ["GDDPlanner"]
+
+
+class GDDPlanner:
+    """Goal-directed dynamics at the measured state (implements the runner's ``Planner``).
+
+    Args:
+      model: the planner's model (the plant's ``nq``/``nv``/``nu``).
+      cost: a :class:`~contactopt.solvers.gdd.Cost` over accelerations.
+      settings: :class:`~contactopt.solvers.gdd.GDDSettings` (defaults if None).
+
+    The breakdown of an update has one key, ``solve`` (seconds).
+    """
+
+    def __init__(self, model: mujoco.MjModel, cost: Cost, settings: GDDSettings | None = None):
+        self.model = model
+        self.cost = cost
+        self.solver = GDDSolver(model, settings)
+        self.data = mujoco.MjData(model)
+        self.result = None
+
+    def _solve(self, t: float, x) -> PlannerUpdate:
+        start = time.perf_counter()
+        m, d = self.model, self.data
+        x = as_array("x", x, (m.nq + m.nv + m.na,))
+        d.qpos[:] = x[:m.nq]
+        d.qvel[:] = x[m.nq:m.nq + m.nv]
+        if m.na:
+            d.act[:] = x[m.nq + m.nv:]
+        d.time = float(t)
+        try:
+            res = self.solver.solve(d, self.cost)
+        except (ContactoptError, FloatingPointError, np.linalg.LinAlgError) as exc:
+            return PlannerUpdate(None, compute_time=time.perf_counter() - start, message=f"GDD failed: {exc}")
+        wall = time.perf_counter() - start
+        ctrl = np.asarray(res.ctrl, dtype=float).copy()
+        if not np.isfinite(ctrl).all():
+            return PlannerUpdate(None, compute_time=wall, message="GDD control is not finite")
+        self.result = res
+        return PlannerUpdate(ConstantPolicy(ctrl, t0=t), float(res.cost), int(res.iterations), wall, {"solve": wall},
+                             res.status.name.lower())
+
+    def reset(self, t: float, x) -> PlannerUpdate:
+        """The goal-directed control at the initial state."""
+        return self._solve(t, x)
+
+    def update(self, t: float, x) -> PlannerUpdate:
+        """The goal-directed control at the state measured at ``t``."""
+        return self._solve(t, x)
+
+    def close(self) -> None:
+        """Nothing to release (for the registry's uniform interface)."""

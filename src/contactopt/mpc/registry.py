@@ -1,0 +1,244 @@
+"""The planner registry: one name, one set of options, for every planner that runs a Task.
+
+``make(name, task, **options)`` builds a planner for the MPC runner (``reset``/``update``
+returning :class:`~contactopt.mpc.runner.PlannerUpdate`) from a planner-independent
+:class:`~contactopt.task.Task`.  Options have one name everywhere: they are the keys of
+``contactopt run … --set KEY=VALUE``, and ``weight.TERM`` keys set cost weights (``TERM``
+is a residual's name, ``qpos``, ``ctrl``, …; a second term of the same name is ``NAME_2``).
+
+Registered planners (:func:`names`):
+
+* ``ilqg`` — iLQG MPC (Tassa et al. 2012) on MuJoCo dynamics;
+* ``ilqg-textbook`` — the same with textbook regularization and value update;
+* ``idto`` — inverse-dynamics trajectory optimization, one trust-region iteration per update;
+* ``gdd`` — goal-directed dynamics: a zero-horizon planner whose policy is the goal-directed
+  control at the measured state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import mujoco
+
+from ..errors import ParameterError
+
+__all__ = ["Option", "PlannerSpec", "register", "names", "spec", "make", "parse_settings",
+           "cost_weight_keys", "apply_cost_weights"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One planner option: its type, default (None: derived from the task or model) and meaning."""
+
+    name: str
+    kind: type
+    default: Any
+    doc: str
+    choices: tuple = ()
+
+    def parse(self, value):
+        """``value`` (a string from the command line, or a Python value) as this option's type."""
+        key = self.name
+        if value is None and self.default is None:
+            return None
+        if self.kind is bool:
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ParameterError(f"--set {key}: expected true or false, got {value!r}")
+            if isinstance(value, bool):
+                return value
+            raise ParameterError(f"--set {key}: expected true or false, got {value!r}")
+        if self.kind in (int, float):
+            try:
+                if isinstance(value, bool):
+                    raise ValueError
+                number = float(value)
+                if self.kind is int:
+                    if number != int(number):
+                        raise ValueError
+                    number = int(number)
+            except (TypeError, ValueError, OverflowError):
+                raise ParameterError(f"--set {key}: expected {'an integer' if self.kind is int else 'a number'}"
+                                     f", got {value!r}") from None
+            if not math.isfinite(number):
+                raise ParameterError(f"--set {key}: must be finite, got {value!r}")
+            return number
+        text = str(value)
+        if self.choices and text not in self.choices:
+            raise ParameterError(f"--set {key}: expected one of {', '.join(self.choices)}, got {value!r}")
+        return text
+
+
+@dataclass(frozen=True)
+class PlannerSpec:
+    """A registered planner: ``build(task, plant, options) -> planner``."""
+
+    name: str
+    description: str
+    options: tuple
+    build: Callable
+
+    def option(self, key: str) -> Option:
+        for opt in self.options:
+            if opt.name == key:
+                return opt
+        raise KeyError(key)
+
+
+_REGISTRY: dict[str, PlannerSpec] = {}
+
+
+def register(spec_: PlannerSpec) -> PlannerSpec:
+    """Add a planner to the registry (a name may be registered once)."""
+    if spec_.name in _REGISTRY:
+        raise ParameterError(f"planner {spec_.name!r} is already registered")
+    _REGISTRY[spec_.name] = spec_
+    return spec_
+
+
+def _load_builtins() -> None:
+    if not _REGISTRY:
+        from . import builders  # noqa: F401  (registers the built-in planners)
+
+
+def names() -> tuple[str, ...]:
+    """Names of the registered planners."""
+    _load_builtins()
+    return tuple(_REGISTRY)
+
+
+def spec(name: str) -> PlannerSpec:
+    """The :class:`PlannerSpec` of ``name``; an unknown name is an error listing the valid ones."""
+    _load_builtins()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ParameterError(f"unknown planner {name!r} (planners: {', '.join(_REGISTRY)})") from None
+
+
+# --------------------------------------------------------------------------- cost weights
+
+
+def cost_weight_keys(terms) -> list[str]:
+    """``weight.NAME`` keys of ``terms`` in order (duplicate names get ``_2``, ``_3``, …)."""
+    seen: dict[str, int] = {}
+    keys = []
+    for t in terms:
+        n = seen[t.name] = seen.get(t.name, 0) + 1
+        keys.append(f"weight.{t.name}" if n == 1 else f"weight.{t.name}_{n}")
+    return keys
+
+
+def apply_cost_weights(terms, weights: dict) -> list:
+    """``terms`` with the weights of ``weights`` (``weight.NAME → w``) replaced."""
+    keys = cost_weight_keys(terms)
+    return [dataclasses.replace(t, weight=weights[k]) if k in weights else t for t, k in zip(terms, keys)]
+
+
+def parse_settings(name: str, task, settings: dict | None = None, *, model: mujoco.MjModel | None = None):
+    """Split and check ``settings`` (``--set`` keys → values) for planner ``name`` and ``task``.
+
+    Task defaults (``task.planner_options[name]``) come first, ``settings`` override them.
+    Returns ``(options, weights)``: planner options (every key of the planner, defaults
+    filled in) and ``weight.NAME → w`` overrides.
+
+    Raises:
+      ParameterError: an unknown key (the message lists the valid ones) or a value of the
+        wrong type (names the key).
+    """
+    sp = spec(name)
+    merged = {**dict(task.planner_options.get(name, {})), **dict(settings or {})}
+    if model is None:
+        model = task.load_plant()
+    weight_keys = cost_weight_keys(task.cost_terms(model))
+    term = task.cost_terms(model, terminal=True)
+    terminal_keys = ["terminal." + k for k in cost_weight_keys(term)] if term else []
+    options = {o.name: o.default for o in sp.options}
+    weights = {}
+    for key, value in merged.items():
+        if key in weight_keys or key in terminal_keys:
+            try:
+                w = float(value)
+            except (TypeError, ValueError):
+                raise ParameterError(f"--set {key}: expected a number, got {value!r}") from None
+            if not (math.isfinite(w) and w >= 0):
+                raise ParameterError(f"--set {key}: a weight must be finite and >= 0, got {value!r}")
+            weights[key] = w
+            continue
+        try:
+            opt = sp.option(key)
+        except KeyError:
+            valid = [o.name for o in sp.options] + weight_keys + terminal_keys
+            raise ParameterError(f"unknown setting {key!r} for planner {name!r} on task {task.name!r} "
+                                 f"(valid: {', '.join(valid)})") from None
+        options[key] = opt.parse(value)
+    return options, weights
+
+
+def settings_help(name: str, task) -> list[tuple[str, str, str]]:
+    """``(key, default, meaning)`` rows of every ``--set`` key of planner ``name`` on ``task``."""
+    sp = spec(name)
+    model = task.load_plant()
+    defaults = dict(task.planner_options.get(name, {}))
+    rows = [(o.name, str(defaults.get(o.name, "derived" if o.default is None else o.default)), o.doc)
+            for o in sp.options]
+    terms = task.cost_terms(model)
+    for key, t in zip(cost_weight_keys(terms), terms):
+        rows.append((key, f"{t.weight:g}", f"weight of the {type(t.norm).__name__} term on {t.name}"))
+    term = task.cost_terms(model, terminal=True) or []
+    for key, t in zip(cost_weight_keys(term), term):
+        rows.append(("terminal." + key, f"{t.weight:g}", f"terminal weight on {t.name}"))
+    return rows
+
+
+def task_cost(task, model: mujoco.MjModel, timestep: float, weights: dict):
+    """The task's :class:`~contactopt.costs.TrajectoryCost` on ``model`` with weight overrides."""
+    from ..costs import StageCost, TrajectoryCost
+
+    run = apply_cost_weights(task.cost_terms(model), weights)
+    term = task.cost_terms(model, terminal=True)
+    if term is not None:
+        tw = {k[len("terminal."):]: v for k, v in weights.items() if k.startswith("terminal.")}
+        term = StageCost(model, apply_cost_weights(term, tw))
+    return TrajectoryCost(StageCost(model, run), term, timestep=timestep)
+
+
+def make(name: str, task, *, plant: mujoco.MjModel | None = None, **settings):
+    """Build planner ``name`` for ``task``.
+
+    Args:
+      name: a registered planner (:func:`names`).
+      task: a :class:`~contactopt.task.Task`.
+      plant: the plant model the planner will control (default ``task.load_plant()``); the
+        planner plans on its own copy at the planner time step.
+      settings: planner options and ``weight.NAME`` overrides (``--set`` keys; as Python
+        keywords a dotted key is passed with ``**{"weight.qpos": 10}``).
+
+    Returns:
+      the planner (``reset``, ``update``, ``close``; ``model`` is the planner's model,
+      ``options`` the options it was built with).
+
+    Raises:
+      ParameterError: unknown planner, unknown option, a value of the wrong type, or a task
+        the planner cannot run (the message says why, before any run starts).
+    """
+    from ..task import Task
+
+    if not isinstance(task, Task):
+        raise ParameterError(f"make: task must be a contactopt.Task, got {type(task).__name__}")
+    sp = spec(name)
+    if plant is None:
+        plant = task.load_plant()
+    options, weights = parse_settings(name, task, settings, model=plant)
+    planner = sp.build(task, plant, options, weights)
+    planner.options = dict(options, **weights)
+    planner.planner_name = name
+    return planner

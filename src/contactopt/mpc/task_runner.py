@@ -1,0 +1,131 @@
+"""Closed-loop runs of a :class:`~contactopt.task.Task` with any registered planner.
+
+:func:`run_task` loads the plant, puts it in the task's initial state for a seed, builds
+the planner (:func:`contactopt.mpc.registry.make`), runs :func:`~contactopt.mpc.run_mpc`
+and returns a :class:`TaskRun`: the :class:`~contactopt.mpc.MPCResult`, the plant model and
+a JSON-ready report.  ``contactopt run TASK_OR_FILE`` is this function with flags.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from ..errors import ParameterError
+from .registry import make
+from .runner import MPCResult, MPCSettings, perturb_model, run_mpc
+
+__all__ = ["TaskRun", "run_task", "save_trajectory", "check_seed"]
+
+_MAX_SEED = 2 ** 32 - 1
+
+
+def check_seed(seed) -> int:
+    """``seed`` as an int in ``[0, 2³² − 1]`` (numpy's seed range) or a one-line error."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= _MAX_SEED:
+        raise ParameterError(f"seed must be an integer in [0, {_MAX_SEED}], got {seed!r}")
+    return int(seed)
+
+
+@dataclass
+class TaskRun:
+    """A finished closed-loop run: ``result`` (:class:`MPCResult`), ``plant`` (the plant model,
+    perturbed if asked), ``planner`` (name), ``options`` (the planner's options) and ``report``."""
+
+    result: MPCResult
+    plant: mujoco.MjModel
+    planner: str
+    options: dict
+    report: dict
+
+
+def _metric(task, plant):
+    """The recorded metric: the task's own, else its running cost at the plant's state and control."""
+    if task.metric is not None:
+        return task.metric
+    from ..costs import StageCost
+
+    stage = StageCost(plant, task.cost_terms(plant))
+
+    def running_cost(model, data):
+        x = np.concatenate([data.qpos, data.qvel, data.act])
+        return stage.value(x, data.ctrl.copy() if model.nu else None) if stage.uses_control else stage.value(x)
+
+    return running_cost
+
+
+def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | None = None, mode: str = "sync",
+             lag=None, slowdown: float = 1.0, pushes=(), mass_scale: float = 1.0, friction_scale: float = 1.0,
+             settings: dict | None = None, stop_on_success: bool = False) -> TaskRun:
+    """Run ``task`` closed loop with ``planner``.
+
+    Args:
+      task: a :class:`~contactopt.task.Task`.
+      planner: a registered planner name (:func:`contactopt.mpc.registry.names`).
+      seed: seeds the initial state (integer in ``[0, 2³² − 1]``).
+      seconds: simulated duration (default ``task.duration``).
+      mode, lag, slowdown: :class:`~contactopt.mpc.MPCSettings` (lag default ``"measured"``).
+      pushes: :class:`~contactopt.mpc.Push` es.
+      mass_scale, friction_scale: model error of the plant (the planner keeps the nominal model).
+      settings: planner options and ``weight.NAME`` overrides (``--set`` keys).
+      stop_on_success: end the run once the success test has held.
+
+    Returns:
+      :class:`TaskRun`.
+    """
+    seed = check_seed(seed)
+    seconds = task.duration if seconds is None else float(seconds)
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ParameterError(f"seconds must be a positive finite number, got {seconds}")
+    nominal = task.load_plant()
+    plant = nominal
+    if mass_scale != 1.0 or friction_scale != 1.0:
+        plant = perturb_model(nominal, mass_scale=mass_scale, friction_scale=friction_scale)
+    # a duration whose recording would not fit in memory is refused before anything is allocated
+    steps = seconds / plant.opt.timestep
+    if steps > 1e8:
+        raise ParameterError(f"seconds={seconds:g} is {steps:.3g} plant steps; at most 1e8 are supported")
+    data = mujoco.MjData(plant)
+    task.reset(plant, data, seed)
+    p = make(planner, task, plant=nominal, **(settings or {}))
+    if hasattr(p, "seed"):
+        p.seed(seed)  # planners that sample draw from the run's seed
+    mpc = MPCSettings(duration=seconds, mode=mode, lag="measured" if lag is None else lag, slowdown=slowdown,
+                      pushes=tuple(pushes), success_hold=task.success_hold, stop_on_success=stop_on_success)
+    try:
+        result = run_mpc(p, plant, data, mpc, success=task.success, metric=_metric(task, plant),
+                         failure=task.failure)
+    finally:
+        p.close()
+    report = {"task": task.name, "planner": planner, "seed": seed, **result.summary()}
+    if mass_scale != 1.0 or friction_scale != 1.0:
+        report["model_error"] = {"mass_scale": mass_scale, "friction_scale": friction_scale}
+    if result.pushes:
+        report["pushes"] = [{"time": q.time, "duration": q.duration, "body": q.body,
+                             "force": [float(f) for f in q.force]} for q in result.pushes]
+    return TaskRun(result, plant, planner, dict(p.options), report)
+
+
+def save_trajectory(run: TaskRun, path) -> None:
+    """Write ``run`` as an ``.npz`` (atomically): ``time (N,)``, ``qpos (N, nq)``, ``qvel (N, nv)``,
+    ``ctrl (N, nu)``, ``metric (N,)`` and per planner update ``update_time`` (the planned-from
+    state's time, s), ``update_cost`` (planned cost), ``update_compute_time`` (wall s),
+    ``update_lag`` (simulated s until applied; nan for a failed update) and ``update_ok``."""
+    from ..render import atomic_output
+
+    r = run.result
+    ups = r.updates
+    arrays = dict(
+        time=r.time, qpos=r.qpos, qvel=r.qvel, ctrl=r.ctrl, metric=r.metric,
+        update_time=np.array([u.t_state for u in ups]),
+        update_cost=np.array([u.cost for u in ups]),
+        update_compute_time=np.array([u.compute_time for u in ups]),
+        update_lag=np.array([np.nan if u.t_apply is None else u.t_apply - u.t_state for u in ups]),
+        update_ok=np.array([u.ok for u in ups], dtype=bool),
+    )
+    with atomic_output(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)

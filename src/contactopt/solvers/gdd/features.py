@@ -1,0 +1,140 @@
+"""Shared cost terms (:mod:`contactopt.costs`) as goal-directed acceleration features.
+
+Goal-directed dynamics minimizes a cost over the acceleration ``a`` at the current state.
+A residual ``r(q, v)`` of the shared cost language becomes the paper's *feature-based*
+term: the residual should evolve like a critically damped spring, so its acceleration
+``r̈`` (position-level residuals) or its rate ``ṙ`` (velocity-level residuals) is asked to
+follow a PD law, and the term is the weighted squared miss::
+
+    position level (∂r/∂v = 0):  ℓ(a) = (w/2) ‖J_q a + J̇_q v + k_p r + k_d J_q v‖²_N
+    velocity level (∂r/∂v ≠ 0):  ℓ(a) = (w/2) ‖J_v a + J_q v + k_v r‖²_N
+
+with ``J_q = ∂r/∂q`` (tangent space), ``J_v = ∂r/∂v``, ``J̇_q v = d²r(q ⊕ s v)/ds²`` (a
+central second difference along the velocity), and ``‖·‖²_N`` the term's norm
+(:class:`~contactopt.costs.Quadratic` only: a feature is a Gauss-Newton quadratic in ``a``).
+Gains: ``k_p = ω²``, ``k_d = 2ω`` (critical damping), ``k_v = ω``, with ``ω`` [1/s] the
+planner's ``bandwidth``.
+
+A :class:`~contactopt.costs.Control` residual ``u − u*`` is exact at the acceleration level:
+the controls are affine in the inverse dynamics ``g(a) = M a + c − Jᵀ f(a)``, ``u = G⁺ g``,
+so its rows are ``G⁺M a − G⁺Jᵀ f(a) + G⁺c − u*`` (:class:`ControlFeature`).  A user residual
+that reads the control cannot be written over accelerations: :func:`acceleration_terms`
+refuses it, before any run starts.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mujoco
+import numpy as np
+
+from ...costs import Control, CostTerm, Quadratic
+from ...errors import ParameterError
+from ...model import actuation_map
+from .costs import CostTerm as AccelerationTerm
+from .problem import GDDProblem
+
+__all__ = ["ResidualFeature", "ControlFeature", "acceleration_terms"]
+
+
+class ResidualFeature(AccelerationTerm):
+    """A shared :class:`~contactopt.costs.CostTerm` ``w·½‖r(q, v)‖²`` as an acceleration feature.
+
+    Args:
+      term: the shared term (quadratic norm; its residual must not read the control).
+      bandwidth: ``ω`` [1/s] of the PD law (module docstring).
+      step: second-difference step [s] along the velocity for ``J̇_q v``.
+    """
+
+    kind = "rows"
+
+    def __init__(self, term: CostTerm, *, bandwidth: float, step: float = 1e-4):
+        res = term.residual
+        if res.uses_control:
+            raise ParameterError(f"cost term {term.name}: a residual of the control has no acceleration feature")
+        if type(term.norm) is not Quadratic:
+            raise ParameterError(f"cost term {term.name}: goal-directed dynamics takes quadratic terms only "
+                                 f"(this one has a {type(term.norm).__name__} norm)")
+        self.term = term
+        self.residual = res
+        self.rows = res.size
+        self.omega = float(bandwidth)
+        self.step = float(step)
+        self._data = mujoco.MjData(res.model)
+        self._q = np.empty(res.model.nq)
+        super().__init__(term.weight, name=term.name)
+
+    def _eval(self, qpos, qvel, jacobian):
+        m, d = self.residual.model, self._data
+        d.qpos[:] = qpos
+        d.qvel[:] = qvel
+        mujoco.mj_kinematics(m, d)
+        mujoco.mj_comPos(m, d)
+        x = np.concatenate([qpos, qvel, d.act])
+        return self.residual.evaluate(d, x, None, jacobian)
+
+    def fill(self, problem: GDDProblem, out) -> None:
+        m = self.residual.model
+        nv = m.nv
+        q0 = problem.data.qpos.copy()
+        v = np.asarray(problem.qvel, dtype=float).copy()
+        r, jx, _ = self._eval(q0, v, True)
+        Jq = np.zeros((self.rows, nv)) if jx is None else jx[:, :nv]
+        Jv = np.zeros((self.rows, nv)) if jx is None else jx[:, nv:2 * nv]
+        w = self.omega
+        if np.any(Jv):
+            out.Ka[:] = Jv
+            out.e[:] = Jq @ v + w * r
+            return
+        # J̇_q v = d²/ds² r(q ⊕ s v) at s = 0, central second difference
+        s = self.step
+        qp, qm = q0.copy(), q0.copy()
+        mujoco.mj_integratePos(m, qp, v, s)
+        mujoco.mj_integratePos(m, qm, v, -s)
+        rp = self._eval(qp, v, False)[0]
+        rm = self._eval(qm, v, False)[0]
+        jdot_v = (rp - 2.0 * r + rm) / (s * s)
+        out.Ka[:] = Jq
+        out.e[:] = jdot_v + w * w * r + 2.0 * w * (Jq @ v)
+
+
+class ControlFeature(AccelerationTerm):
+    """``(w/2)‖u(a) − u*‖²`` of a shared :class:`~contactopt.costs.Control` term, with the controls
+    ``u(a) = G⁺ g(a) = G⁺(M a + c − Jᵀ f(a))`` of the goal-directed inverse dynamics."""
+
+    kind = "force_rows"
+
+    def __init__(self, term: CostTerm):
+        res = term.residual
+        if not isinstance(res, Control) or type(term.norm) is not Quadratic:
+            raise ParameterError(f"cost term {term.name}: ControlFeature needs a quadratic Control term")
+        self.term = term
+        self.rows = res.size
+        self._P = np.linalg.pinv(actuation_map(res.model).control_gain)[res.actuators]  # (k, nv)
+        self._target = res.target
+        super().__init__(term.weight, name=term.name)
+
+    def fill(self, problem: GDDProblem, out) -> None:
+        P = self._P
+        out.Ka[:] = P @ problem.M
+        if problem.nefc:
+            out.Kf[:] = -(P @ problem.J.T)
+        out.e[:] = P @ problem.c - self._target
+
+
+def acceleration_terms(terms, *, bandwidth: float) -> list:
+    """The goal-directed terms of shared cost ``terms`` (module docstring).
+
+    Raises:
+      ParameterError: a term that has no acceleration form (names it and says why).
+    """
+    if not math.isfinite(bandwidth) or bandwidth <= 0:
+        raise ParameterError(f"bandwidth must be a positive number of 1/s, got {bandwidth!r}")
+    out = []
+    for t in terms:
+        if isinstance(t.residual, Control):
+            out.append(ControlFeature(t))
+        else:
+            out.append(ResidualFeature(t, bandwidth=bandwidth))
+    return out

@@ -1,0 +1,321 @@
+"""One task, any planner: the public Task, the shared cost at IDTO's knots and as GDD
+features, the planner registry and ``contactopt run FILE.py``."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import pytest
+
+import contactopt
+from contactopt.costs import (
+    L2,
+    Control,
+    Cosh,
+    CostTerm,
+    OneSidedQuadratic,
+    Qpos,
+    Quadratic,
+    Qvel,
+    SitePosition,
+    SmoothAbs,
+    StageCost,
+    TrajectoryCost,
+)
+from contactopt.errors import ContactoptError, ParameterError
+from contactopt.mpc import registry
+from contactopt.solvers.idto import IDTOProblem
+from contactopt.solvers.idto.knot_cost import quadratic_tracking
+from contactopt.solvers.idto.solver import gauss_newton_system
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "pendulum"
+PENDULUM_TASK = EXAMPLE / "pendulum_task.py"
+
+
+def _run_cli(*args, cwd=None, timeout=600):
+    env = dict(os.environ, MPLBACKEND="Agg")
+    return subprocess.run([sys.executable, "-m", "contactopt", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+# --------------------------------------------------------------------------- norms
+
+
+@pytest.mark.parametrize("norm", [Quadratic(), SmoothAbs(0.3), Cosh(0.7), L2(0.2), OneSidedQuadratic(),
+                                  OneSidedQuadratic(upper=True)])
+def test_least_squares_form_matches_the_norm(norm, rng):
+    r = rng.normal(size=(20, 3)) * 2.0
+    r[0] = 0.0
+    rho, D = norm.least_squares(r)
+    np.testing.assert_allclose(0.5 * np.einsum("ni,ni->n", rho, rho), norm.value(r), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.einsum("nij,ni->nj", D, rho), norm.gradient(r), rtol=1e-10, atol=1e-14)
+    # Gauss-Newton curvature equals the Hessian at the origin
+    _, D0 = norm.least_squares(np.zeros((1, 3)))
+    np.testing.assert_allclose(D0[0].T @ D0[0], norm.hessian(np.zeros((1, 3)))[0], atol=1e-12)
+
+
+def test_stage_cost_least_squares_matches_evaluate(mixed_model, rng):
+    m = mixed_model
+    terms = [CostTerm(Qpos(m), SmoothAbs(0.2), 2.0), CostTerm(Qvel(m), Quadratic(), 0.5),
+             CostTerm(Control(m), Cosh(0.5), 0.3), CostTerm(SitePosition(m, "tip", [0, 0, 1]), L2(0.1), 1.5)]
+    cost = StageCost(m, terms)
+    d = mujoco.MjData(m)
+    for _ in range(3):
+        d.qpos[:] = m.qpos0
+        mujoco.mj_integratePos(m, d.qpos, rng.normal(size=m.nv) * 0.3, 1.0)
+        x = np.concatenate([d.qpos, rng.normal(size=m.nv)])
+        u = rng.normal(size=m.nu)
+        rho, Jx, Ju = cost.least_squares(x[None], u[None])
+        ref = cost.evaluate(x, u)
+        assert 0.5 * rho[0] @ rho[0] == pytest.approx(ref.l, rel=1e-12)
+        np.testing.assert_allclose(Jx[0].T @ rho[0], ref.lx, atol=1e-10)
+        np.testing.assert_allclose(Ju[0].T @ rho[0], ref.lu, atol=1e-10)
+
+
+def test_qpos_wraps_unlimited_hinges_only(mixed_model):
+    m = mixed_model
+    full = Qpos(m, wrap=False)
+    auto = Qpos(m)
+    x = np.concatenate([m.qpos0, np.zeros(m.nv)])
+    h1 = m.jnt_qposadr[m.joint("h1").id]
+    x[h1] = 4.0  # unlimited hinge: 4 rad ≡ 4 − 2π
+    x[m.jnt_qposadr[m.joint("hinge").id]] = 1.9  # limited hinge: not wrapped
+    dof = m.jnt_dofadr[m.joint("h1").id]
+    assert full(x)[dof] == pytest.approx(4.0)
+    assert auto(x)[dof] == pytest.approx(4.0 - 2 * np.pi)
+    assert auto(x)[m.jnt_dofadr[m.joint("hinge").id]] == pytest.approx(1.9)
+
+
+# --------------------------------------------------------------------------- IDTO knot rows
+
+
+def _acrobot_problem(cost_terms, *, T=6, h=0.02, general=True, terminal=None, seed=0):
+    m = contactopt.load_model("acrobot", timestep=h)
+    cost = TrajectoryCost(StageCost(m, cost_terms(m)),
+                          None if terminal is None else StageCost(m, terminal(m)), timestep=h)
+    rng = np.random.default_rng(seed)
+    q0 = rng.normal(size=m.nq) * 0.3
+    if general:
+        pr = IDTOProblem(m, T, h, q0, Qq=0.0, Qv=0.0, R=0.0, cost=cost, unactuated_penalty=10.0)
+    else:
+        G_pinv = np.linalg.pinv(contactopt.actuation_map(m).control_gain)
+        w = quadratic_tracking(cost, G_pinv)
+        assert w is not None
+        pr = IDTOProblem(m, T, h, q0, Qq=w["Qq"], Qv=w["Qv"], R=w["R"], Qf_q=w["Qf_q"], Qf_v=w["Qf_v"],
+                         q_nom=w["q_nom"], v_nom=w["v_nom"], unactuated_penalty=10.0)
+    q = q0 + np.cumsum(rng.normal(size=(T + 1, m.nq)) * 0.05, axis=0)
+    q[0] = q0
+    return pr, cost, q
+
+
+def test_knot_rows_jacobian_matches_finite_differences():
+    def terms(m):
+        return [CostTerm(Qpos(m, [np.pi, 0.0]), SmoothAbs(0.5), 1.0), CostTerm(Qvel(m), L2(0.3), 0.2),
+                CostTerm(Control(m), Cosh(2.0), 0.1), CostTerm(SitePosition(m, m.site(0).name), Quadratic(), 3.0)]
+
+    pr, _, q = _acrobot_problem(terms, terminal=lambda m: [CostTerm(Qvel(m), Quadratic(), 5.0)])
+    lin = pr.linearize(q)
+    J = pr.dense_jacobian(lin)
+    eps = 1e-6
+    Jfd = np.zeros_like(J)
+    for k in range(pr.T * pr.nv):
+        dq = np.zeros(pr.T * pr.nv)
+        dq[k] = eps
+        Jfd[:, k] = (pr.residuals(pr.retract(q, dq)) - pr.residuals(pr.retract(q, -dq))) / (2 * eps)
+    np.testing.assert_allclose(J, Jfd, atol=2e-5 * max(1.0, np.abs(Jfd).max()))
+
+
+def test_idto_fast_path_and_general_path_give_the_same_gauss_newton_step():
+    def terms(m):
+        return [CostTerm(Qpos(m, [np.pi, 0.0], wrap=False), Quadratic(), 1.0),
+                CostTerm(Qvel(m), Quadratic(), 0.01), CostTerm(Control(m), Quadratic(), 1e-2)]
+
+    fast, _, q = _acrobot_problem(terms, general=False)
+    general, _, _ = _acrobot_problem(terms, general=True)
+    assert general.num_cost_rows > 0 and fast.num_cost_rows == 0
+    assert fast.cost(q) == pytest.approx(general.cost(q), rel=1e-10)
+    Hf, gf = gauss_newton_system(fast, fast.linearize(q))
+    Hg, gg = gauss_newton_system(general, general.linearize(q))
+    np.testing.assert_allclose(gg, gf, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(Hg.to_dense(), Hf.to_dense(), rtol=1e-8, atol=1e-10)
+    step_f = np.linalg.solve(Hf.to_dense(), -gf)
+    step_g = np.linalg.solve(Hg.to_dense(), -gg)
+    np.testing.assert_allclose(step_g, step_f, rtol=1e-6, atol=1e-10)
+
+
+def test_idto_reports_the_shared_cost_of_its_trajectory():
+    def terms(m):
+        return [CostTerm(Qpos(m, [np.pi, 0.0]), SmoothAbs(0.5), 1.0), CostTerm(Control(m), Cosh(2.0), 0.1)]
+
+    pr, cost, q = _acrobot_problem(terms)
+    tr = pr.trajectory(q)
+    X = np.concatenate([tr.q, tr.v], axis=1)
+    U = pr.knot_cost.controls(tr.tau)
+    assert pr.task_cost(tr) == pytest.approx(cost.total(X, U), rel=1e-12)
+
+
+# --------------------------------------------------------------------------- GDD features
+
+
+def test_gdd_feature_asks_for_the_pd_acceleration():
+    from contactopt.solvers.gdd import GDDProblem
+    from contactopt.solvers.gdd.features import ResidualFeature
+    from contactopt.solvers.gdd.problem import ActuationModel
+
+    m = contactopt.load_model("acrobot")
+    d = mujoco.MjData(m)
+    d.qpos[:] = [0.3, -0.2]
+    d.qvel[:] = [0.5, 1.0]
+    mujoco.mj_forward(m, d)
+    site = SitePosition(m, m.site(0).name, [0.0, 0.0, 3.0])
+    feat = ResidualFeature(CostTerm(site, weight=2.0), bandwidth=3.0)
+    problem = GDDProblem(m, d, ActuationModel(m))
+    tm = feat.model(problem)
+    # the feature vanishes exactly at the acceleration whose residual acceleration is the PD law
+    a = np.linalg.lstsq(tm.Ka, -tm.e, rcond=None)[0]
+    h = 1e-4
+
+    def r_at(s):  # r(q(s)) along q(s) = q ⊕ (s v + ½ s² a)
+        dd = mujoco.MjData(m)
+        dd.qpos[:] = d.qpos
+        mujoco.mj_integratePos(m, dd.qpos, d.qvel * s + 0.5 * a * s * s, 1.0)
+        return site(np.concatenate([dd.qpos, d.qvel]))
+
+    r0 = r_at(0.0)
+    rdot = (r_at(h) - r_at(-h)) / (2 * h)
+    rddot = (r_at(h) - 2 * r0 + r_at(-h)) / h ** 2
+    if np.linalg.matrix_rank(tm.Ka) == tm.Ka.shape[0]:
+        np.testing.assert_allclose(rddot, -9.0 * r0 - 6.0 * rdot, atol=1e-3)
+
+
+# --------------------------------------------------------------------------- Task and registry
+
+
+def test_task_resolves_relative_models_against_its_file():
+    task = contactopt.load_task_file(PENDULUM_TASK)
+    assert task.base_dir == EXAMPLE
+    model = task.load_plant()
+    assert model.nq == 1 and model.nu == 1
+
+
+def test_task_rejects_bad_fields():
+    with pytest.raises(ParameterError, match="duration"):
+        contactopt.Task(name="x", model="acrobot", cost=lambda m: [], duration=-1)
+    with pytest.raises(ParameterError, match="cost must be callable"):
+        contactopt.Task(name="x", model="acrobot", cost=3)
+    other = contactopt.load_model("acrobot")
+    task = contactopt.Task(name="x", model="acrobot", cost=lambda m: [CostTerm(Qvel(other))])
+    with pytest.raises(ParameterError, match="built for another model"):
+        registry.make("ilqg", task)
+
+
+def test_registry_errors_list_the_valid_names():
+    task = contactopt.load_task_file(PENDULUM_TASK)
+    with pytest.raises(ParameterError, match="planners: ilqg"):
+        registry.make("nope", task)
+    with pytest.raises(ParameterError, match=r"valid: horizon, .*weight\.qpos"):
+        registry.make("ilqg", task, bogus=1)
+    with pytest.raises(ParameterError, match="--set iterations: expected an integer"):
+        registry.make("ilqg", task, iterations="two")
+    with pytest.raises(ParameterError, match="weight"):
+        registry.make("idto", task, **{"weight.qpos": -1})
+
+
+def test_weight_overrides_reach_the_planner_cost():
+    task = contactopt.load_task_file(PENDULUM_TASK)
+    p = registry.make("ilqg", task, **{"weight.qpos": 7.0, "horizon": 0.3})
+    try:
+        weights = [t.weight for t in p.solver.cost.running.terms]
+        assert weights == [7.0, 0.01, 1e-3]
+        assert p.horizon == 30
+    finally:
+        p.close()
+
+
+def test_a_user_residual_of_the_control_is_refused_by_gdd_before_the_run():
+    from contactopt.costs import UserResidual
+
+    def cost(m):
+        return [CostTerm(UserResidual(m, lambda m, d, x, u: u, 1, uses_control=True, name="effort"))]
+
+    task = contactopt.Task(name="x", model=EXAMPLE / "pendulum.xml", cost=cost)
+    with pytest.raises(ParameterError, match="cannot run task x: cost term effort"):
+        registry.make("gdd", task)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+@pytest.mark.parametrize("body, message", [
+    ("x = 1\n", "defines no TASK"),
+    ("TASK = 3\n", "TASK is a int, not a contactopt.Task"),
+    ("def f(:\n", "syntax error at line 1"),
+    ("raise RuntimeError('boom')\n", "RuntimeError: boom"),
+])
+def test_bad_task_files_are_one_line_errors(tmp_path, body, message):
+    f = tmp_path / "task.py"
+    f.write_text(body)
+    out = _run_cli("run", str(f))
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"contactopt: error: {f}: {message}")
+
+
+def test_a_cost_that_raises_is_a_one_line_error(tmp_path):
+    f = tmp_path / "task.py"
+    f.write_text("import contactopt\n"
+                 "def cost(model):\n    raise KeyError('no such site')\n"
+                 "TASK = contactopt.Task(name='t', model='acrobot', cost=cost)\n")
+    out = _run_cli("run", str(f), "--seconds", "0.1")
+    assert out.returncode == 1
+    assert out.stderr.count("\n") == 1 and "cost raised KeyError" in out.stderr
+
+
+def test_cli_set_and_seed_errors():
+    out = _run_cli("run", str(PENDULUM_TASK), "--set", "nonsense=3")
+    assert out.returncode == 1 and "valid: horizon" in out.stderr and "Traceback" not in out.stderr
+    out = _run_cli("run", str(PENDULUM_TASK), "--set", "horizon=abc")
+    assert out.returncode == 1 and "--set horizon: expected a number" in out.stderr
+    out = _run_cli("run", str(PENDULUM_TASK), "--seed", "-1")
+    assert out.returncode == 1 and "seed must be an integer" in out.stderr and "Traceback" not in out.stderr
+    out = _run_cli("run", "acrobot-swingup", "--seed", "-1")
+    assert out.returncode == 1 and "seed must be an integer" in out.stderr
+    out = _run_cli("run", str(PENDULUM_TASK), "--set", "help", "--planner", "idto")
+    assert out.returncode == 0 and "weight.qpos" in out.stdout and "trust_radius" in out.stdout
+
+
+def test_run_lists_tasks_with_a_header():
+    out = _run_cli("run")
+    assert out.returncode == 0
+    header = out.stdout.splitlines()[0].split()
+    assert header[:3] == ["task", "model", "planners"]
+
+
+@pytest.mark.slow
+def test_run_file_writes_the_trajectory(tmp_path):
+    npz = tmp_path / "traj.npz"
+    out = _run_cli("run", str(PENDULUM_TASK), "--planner", "ilqg", "--seconds", "0.5", "--json",
+                   "--save-trajectory", str(npz), "--set", "weight.qpos=2")
+    assert out.returncode in (0, 3), out.stderr
+    report = json.loads(out.stdout)
+    assert report["task"] == "pendulum-swingup" and report["planner"] == "ilqg"
+    data = np.load(npz)
+    assert data["qpos"].shape[1] == 1 and data["time"].shape[0] == data["ctrl"].shape[0]
+    assert data["update_compute_time"].size == report["updates"]
+    assert np.all(np.isfinite(data["update_cost"][data["update_ok"]]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planner, needed", [("ilqg", 8), ("idto", 8)])
+def test_pendulum_example_swings_up_on_seeds_0_to_7(planner, needed):
+    """The README's task file, verbatim, with the default settings (sync mode, measured lag)."""
+    from contactopt.mpc.task_runner import run_task
+
+    task = contactopt.load_task_file(PENDULUM_TASK)
+    wins = sum(run_task(task, planner, seed=seed).result.success for seed in range(8))
+    assert wins >= needed
