@@ -1,7 +1,6 @@
 """One task, any planner: the public Task, the shared cost at IDTO's knots and as GDD
 features, the planner registry and ``contactopt run FILE.py``."""
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -27,7 +26,7 @@ from contactopt.costs import (
     StageCost,
     TrajectoryCost,
 )
-from contactopt.errors import ContactoptError, ParameterError
+from contactopt.errors import ParameterError
 from contactopt.mpc import registry
 from contactopt.solvers.idto import IDTOProblem
 from contactopt.solvers.idto.knot_cost import quadratic_tracking
@@ -39,7 +38,7 @@ PENDULUM_TASK = EXAMPLE / "pendulum_task.py"
 
 def _run_cli(*args, cwd=None, timeout=600):
     env = dict(os.environ, MPLBACKEND="Agg")
-    return subprocess.run([sys.executable, "-m", "contactopt", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "contactopt", *args], check=False, capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=timeout)
 
 

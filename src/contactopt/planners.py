@@ -14,4 +14,4 @@ Example::
 from .mpc.registry import PlannerSpec, make, names, settings_help, spec
 from .mpc.task_runner import TaskRun, run_task, save_trajectory
 
-__all__ = ["make", "names", "spec", "settings_help", "PlannerSpec", "run_task", "TaskRun", "save_trajectory"]
+__all__ = ["PlannerSpec", "TaskRun", "make", "names", "run_task", "save_trajectory", "settings_help", "spec"]

@@ -27,9 +27,9 @@ import math
 import os
 import runpy
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
 
 import mujoco
 import numpy as np
@@ -37,7 +37,7 @@ import numpy as np
 from .errors import ContactoptError, ParameterError
 from .model import load_model, with_timestep
 
-__all__ = ["Task", "TaskFileError", "load_task_file", "default_planner_timestep", "default_horizon"]
+__all__ = ["Task", "TaskFileError", "default_horizon", "default_planner_timestep", "load_task_file"]
 
 
 class TaskFileError(ContactoptError):
@@ -282,8 +282,6 @@ def load_task_file(path) -> Task:
     task = namespace["TASK"]
     if not isinstance(task, Task):
         raise TaskFileError(f"{path}: TASK is a {type(task).__name__}, not a contactopt.Task")
-    if task.base_dir is None or not isinstance(task.model, mujoco.MjModel):
-        # run_path sets __file__, so base_dir is the file's folder; make sure of it
-        if task.base_dir != path.resolve().parent:
-            object.__setattr__(task, "base_dir", path.resolve().parent)
+    if task.base_dir is None:
+        object.__setattr__(task, "base_dir", path.resolve().parent)
     return task

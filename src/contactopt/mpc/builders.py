@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import ParameterError
 from .registry import Option, PlannerSpec, register, task_cost
 
-__all__ = ["build_ilqg", "build_idto", "build_gdd"]
+__all__ = ["build_gdd", "build_idto", "build_ilqg"]
 
 
 def _grid(task, plant, options):
@@ -31,7 +31,7 @@ def _grid(task, plant, options):
     horizon = options.get("horizon") or task.horizon_seconds(plant)
     if h <= 0 or horizon <= 0:
         raise ParameterError(f"timestep and horizon must be positive, got {h} and {horizon}")
-    return float(h), max(1, int(round(horizon / h)))
+    return float(h), max(1, round(horizon / h))
 
 
 _COMMON = (
@@ -128,7 +128,7 @@ def build_idto(task, plant, options, weights):
         w_lim = 1e3 * wmax if limited else 0.0
     contact = CompliantContactModel(model) if (options["contact"] and _may_collide(model)) else None
     q0 = plant.qpos0.copy()
-    kwargs = dict(contact=contact, actuator_limit_weight=w_lim, workers=options["workers"])
+    kwargs = {"contact": contact, "actuator_limit_weight": w_lim, "workers": options["workers"]}
     if fast is not None:
         problem = IDTOProblem(model, T, h, q0, Qq=fast["Qq"], Qv=fast["Qv"], R=fast["R"], Qf_q=fast["Qf_q"],
                               Qf_v=fast["Qf_v"], q_nom=fast["q_nom"], v_nom=fast["v_nom"],

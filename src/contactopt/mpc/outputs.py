@@ -5,7 +5,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-__all__ = ["write_video", "plot_mpc"]
+__all__ = ["plot_mpc", "write_video"]
 
 
 def write_video(model: mujoco.MjModel, result, path, *, fps: float = 30.0, width: int = 640,

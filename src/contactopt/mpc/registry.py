@@ -19,15 +19,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import mujoco
 
 from ..errors import ParameterError
 
-__all__ = ["Option", "PlannerSpec", "register", "names", "spec", "make", "parse_settings",
-           "cost_weight_keys", "apply_cost_weights"]
+__all__ = [
+    "Option",
+    "PlannerSpec",
+    "apply_cost_weights",
+    "cost_weight_keys",
+    "make",
+    "names",
+    "parse_settings",
+    "register",
+    "spec",
+]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from ..errors import ParameterError
 from .registry import make
 from .runner import MPCResult, MPCSettings, perturb_model, run_mpc
 
-__all__ = ["TaskRun", "run_task", "save_trajectory", "check_seed"]
+__all__ = ["TaskRun", "check_seed", "run_task", "save_trajectory"]
 
 _MAX_SEED = 2 ** 32 - 1
 
@@ -118,14 +118,13 @@ def save_trajectory(run: TaskRun, path) -> None:
 
     r = run.result
     ups = r.updates
-    arrays = dict(
-        time=r.time, qpos=r.qpos, qvel=r.qvel, ctrl=r.ctrl, metric=r.metric,
-        update_time=np.array([u.t_state for u in ups]),
-        update_cost=np.array([u.cost for u in ups]),
-        update_compute_time=np.array([u.compute_time for u in ups]),
-        update_lag=np.array([np.nan if u.t_apply is None else u.t_apply - u.t_state for u in ups]),
-        update_ok=np.array([u.ok for u in ups], dtype=bool),
-    )
-    with atomic_output(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
+    arrays = {
+        "time": r.time, "qpos": r.qpos, "qvel": r.qvel, "ctrl": r.ctrl, "metric": r.metric,
+        "update_time": np.array([u.t_state for u in ups]),
+        "update_cost": np.array([u.cost for u in ups]),
+        "update_compute_time": np.array([u.compute_time for u in ups]),
+        "update_lag": np.array([np.nan if u.t_apply is None else u.t_apply - u.t_state for u in ups]),
+        "update_ok": np.array([u.ok for u in ups], dtype=bool),
+    }
+    with atomic_output(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)

@@ -35,7 +35,7 @@ from ...model import actuation_map
 from .costs import CostTerm as AccelerationTerm
 from .problem import GDDProblem
 
-__all__ = ["ResidualFeature", "ControlFeature", "acceleration_terms"]
+__all__ = ["ControlFeature", "ResidualFeature", "acceleration_terms"]
 
 
 class ResidualFeature(AccelerationTerm):

@@ -28,7 +28,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from ...costs import Control, CostTerm, Qpos, Quadratic, Qvel, StageCost, TrajectoryCost
+from ...costs import Control, CostTerm, Qpos, Quadratic, Qvel, TrajectoryCost
 from ...errors import ParameterError
 
 __all__ = ["KnotCost", "quadratic_tracking"]
