@@ -294,7 +294,7 @@ def test_bimanual_planner_follows_the_paper_settings_with_the_documented_changes
     np.testing.assert_allclose(pr.Qf_q, [0.1] * 14 + [10.0] * 6)
     assert pr.unactuated_penalty == 1e3
     assert pl.initial_guess is None
-    # the task's defaults: Table I / II except the arm position weights and μ (module docstring)
+    # the task's defaults: Table I / II except the arm position weights and μ (docs/experiments)
     pl = build_idto_planner(im.BIMANUAL_BOX)
     pr = pl.problem
     assert pl.solver.options.underactuation == "penalty"
@@ -340,7 +340,7 @@ def test_hand_ball_closed_loop_starts_turning_the_ball_and_keeps_it():
 
 @pytest.mark.slow
 def test_hand_ball_closed_loop_turns_the_ball_180_degrees_seed_0():
-    """The documented success (module docstring): seed 0 is within 30° of the target, ball in the
+    """The documented success (docs/experiments): seed 0 is within 30° of the target, ball in the
     hand, from 5.4 s on (closed loop, sync mode, 0.1 s policy lag; ~5-15 s of wall time)."""
     from contactopt.tasks.idto_tasks import run_idto_task
 
@@ -505,7 +505,7 @@ def test_bimanual_grasp_lifts_the_box_where_the_paper_settings_do_not():
 
 @pytest.mark.slow
 def test_bimanual_box_closed_loop_slides_lifts_and_sets_the_box_on_its_edge_seed_2():
-    """The documented success (module docstring): seed 2 reaches the slide, the lift and the edge
+    """The documented success (docs/experiments): seed 2 reaches the slide, the lift and the edge
     target in order and holds the edge from 2.2 s (sync mode; ~5-15 s of wall time)."""
     from contactopt.tasks.idto_tasks import run_idto_task
 

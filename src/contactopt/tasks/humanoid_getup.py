@@ -15,9 +15,7 @@ The task of the seed paper (Tassa, Erez & Todorov 2012, Sec. V), issue 4:
 * **models** — the plant (:func:`plant_model`) is MuJoCo at 2 ms (the paper's simulator step);
   the planner (:func:`planner_model`) steps 10 ms (the paper: 8 ms) and can be given softer
   contacts (:func:`~contactopt.dynamics.smooth_contacts`).  The tuned default keeps the model
-  file's contacts (``solref = (0.02, 1)``) in both: a softer planner (``solref = (0.04, 1)``,
-  ``solimp`` with ``d0 = 0``) did worse in a small trial, and the 5× coarser Euler step already
-  makes the planner's contacts less stiff than the plant's.
+  file's contacts (``solref = (0.02, 1)``) in both.
 * **initial states** (:func:`sample_lying_state`) — random yaw, random roll about the body's
   long axis (back, front or side), random joint angles within the limits, dropped onto the
   floor and settled under zero control until at rest.
@@ -25,70 +23,13 @@ The task of the seed paper (Tassa, Erez & Todorov 2012, Sec. V), issue 4:
   CoM above the feet and nearly still, held for :data:`SUCCESS_HOLD_S` seconds.
 
 Tuned planner settings are in :data:`PLANNER_DEFAULTS`; :func:`make_planner` builds the
-dynamics, cost and :class:`~contactopt.solvers.ILQG` solver from them.
+dynamics, cost and :class:`~contactopt.solvers.ILQG` solver from them.  The module also
+registers ``humanoid-push`` (stand, take a push on the torso, stay up) with the same planner
+and cost.
 
-Tuning results (synchronous MPC loop, one iLQG iteration per update, policy
-``U[i] + K[i](x ⊖ X[i])`` interpolated at the 2 ms plant rate; a new policy becomes active
-``compute / slowdown`` of simulated time after the state it was planned from; compute
-measured as the update's process CPU time, ≈ 50 ms, because the 2 shared cores were loaded
-3-5× by other jobs and wall time fluctuated 50-200 ms; success = :func:`is_standing` for
-:data:`SUCCESS_HOLD_S` within 5 s, random lying poses from :func:`sample_lying_state`):
+Status: the issue's target (≥ 90 % within 5 s at ≤ 2× slowdown) is met (19/20 and 39/40 seeds).
 
-=========  ==========  =================================
-slowdown   success     time to standing (median / max)
-=========  ==========  =================================
-1×         4/12        3.1 s / 4.4 s
-2×         22/30       1.6 s / 2.7 s   (wall-clock lag instead: 8/12)
-4×         17/24       1.6 s / 4.4 s
-8×         23/24       1.1 s / 2.7 s
-=========  ==========  =================================
-
-With the compiled backward pass and batched costs (iteration ≈ 30 ms instead of ≈ 53 ms, so
-half the policy lag), ``contactopt bench ilqg --model humanoid-getup`` on an idle machine
-(wall-clock lag = iteration / 2) gave 9/10 seeds at 2× and, with ``--seeds 20``, 16/20 (80 %);
-an asynchronous run at 1× (real time) stood up on seed 0.  The issue's target (≥ 90 % at
-≤ 2×) is therefore at the edge: met on 10 seeds, not on 20.  Outcomes are chaotic in the
-policy lag (the same seed succeeds or fails between runs), so rates on a dozen seeds are
-±15 %.  Failures get stuck in a deep squat or curled on the floor.
-
-**Lag compensation** (``PLANNER_DEFAULTS["lag_compensation"] = "auto"``, since 2026-11-21): each
-update plans from the state predicted at ``t + lag`` under the policy the plant applies
-meanwhile.  At a fixed sync-mode lag of 22 ms (≈ 1.3× the quiet measured lag at 2×): seeds
-0–19 19/20 (without: 15/20; the five failing seeds 0, 3, 11, 14, 15 all succeed), seeds 20–29
-8/10 (without: 9/10), so 27/30 (90 %); ``humanoid-push`` 10/10.  With the measured lag at
-2× (the issue's test), seeds 0–19: 18/20 in one run (load ≈ 2, lag 13–22 ms; seeds 20–29
-9/10), 16/20 and 16/20 in two ``contactopt bench ilqg --model humanoid-getup --seeds 20`` runs
-on a quiet machine (median lag 16 and 14 ms) — the measured lag varies from update to update
-and outcomes are chaotic in it, so the issue's ≥ 90 % is at the edge, not robustly met.  On a
-machine loaded 4× (iterations 40–90 ms, lag 20–46 ms): 14/20.
-
-**Compiled MuJoCo loops** (2026-11-21, later: rollouts, finite differences and the cost
-kinematics as numba loops over MuJoCo's C functions, bit-identical): the iteration fell to
-25 ms (derivatives 14.2, backward 2.5, line search 5.2 ms), the measured lag at 2× to
-12.6 ms, and ``contactopt bench ilqg --model humanoid-getup --seeds 20`` / ``--seeds 40`` on a
-quiet machine gave **19/20 and 39/40** (95 % and 97.5 %, time to success median 1.3 s); the
-asynchronous run at 1× (real time, lag 24–34 ms) stood up on seed 0 and the smallest
-slowdown found was 1.  So the issue's target (≥ 90 % within 5 s at ≤ 2×) is met.
-
-The paragraphs below predate the compensation.
-
-A deterministic re-tuning attempt at a fixed sync-mode lag (``run_ilqg_task(..., lag=L)``,
-slowdown 2; quiet measured lag ≈ 17.5 ms, so L = 16 / 19 / 22 ms) found the defaults at
-16/20, 14/20 and 15/20 on seeds 0-19, and 9/10 on seeds 20-29 at 22 ms.  No variant tried
-did better beyond the seed-to-seed noise:
-
-* ``w_com_vel = 3`` with ``w_height = 20``: 14/20, 14/20, 18/20 (20-29: 9/10).
-* ``w_com_vel = 3`` alone: 15/20 at 22 ms.  With ``w_height = 30`` as well: 13/20.  With
-  ``w_height = 20, w_control = 0.3``: 16/20 (steadier standing, more often stuck on the floor).
-  With ``w_com_feet = 5``: 16/20.
-* ``initial_iterations = 60``: 14/20.  ``mu_init = 1e-2``: 15/20.
-* a 12.5 ms / 40-step planner (about 18 % faster per iteration) at 19 ms lag: 11/20.
-
-Two failure modes remain.  The humanoid sits in a split with its legs spread (head ≈ 0.5 m,
-torso ≈ 0.37 m above the feet, the mean of the feet under the CoM); iLQG converges there,
-because the cost is a local minimum of the 0.5 s problem.  Or it stands up but keeps
-stepping and waving its arms (horizontal CoM speed 0.5-1 m/s), so the 0.5 s still stance
-never holds.
+Experiment log: docs/experiments/humanoid-getup-ilqg.md.
 
 Units: metres, seconds, radians; controls are MuJoCo ``ctrl`` values in ``[-1, 1]``
 (torque = gear × ctrl).
@@ -177,7 +118,7 @@ COST_DEFAULTS: dict[str, float] = {
 #: * ``planner_solref`` / ``planner_solimp``: contacts of the planner model (None = model file's).
 #: * ``lag_compensation``: of :class:`~contactopt.mpc.ILQGPlanner`; ``"auto"`` plans from the
 #:   state predicted at ``t + lag`` (the lag the runner measured for the previous update) under
-#:   the policy in force — at a fixed 22 ms lag 19/20 seeds instead of 15/20 (module docstring).
+#:   the policy in force (docs/experiments/humanoid-getup-ilqg.md).
 #: * ``settings``: :class:`~contactopt.solvers.ILQGSettings` fields.  ``mu_init = 1e-3`` and a
 #:   short line search (warm-started plans rarely need small α; a long one wastes rollouts).
 #: * ``slowdown``: the plant slowdown the settings were tuned at (policy lag = compute / slowdown).

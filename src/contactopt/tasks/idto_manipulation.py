@@ -13,15 +13,15 @@ model (Table I) is only the planner's.
   4.9 mm; at the plant's resting height the nominal would ask the fingers to lift the ball)
   — and the hand stays in its holding pose (keyframe ``home``).  Table I/II Allegro parameters (40 steps
   of 0.05 s, k = 100 N/m, σ = 1 mm, μ = 1, v_s = 0.1 m/s), the Lagrange-multiplier solver
-  (the paper: "essential"), 10 Hz MPC (policy lag 0.1 s), with four documented changes (Status
-  below): the ball's position weight ``HAND_BALL_POS_WEIGHT`` = 3000 running / 30000 terminal
+  (the paper: "essential"), 10 Hz MPC (policy lag 0.1 s), with four documented changes: the
+  ball's position weight ``HAND_BALL_POS_WEIGHT`` = 3000 running / 30000 terminal
   (Table II: 10 / 100; its orientation keeps 10 / 100), the hand's running velocity weight
   ``HAND_BALL_HAND_VEL_WEIGHT`` = 0.1 (0.001), 4 solver iterations per update (the paper: 1)
   and ``HAND_BALL_SPIN`` = 0.5 rad/s.  The planner's contact is
   restricted to pairs that involve the ball.  Reported: the ball's orientation error
   (degrees; initial, final, min and a 0.25 s-sampled series), whether the ball stayed in
   the hand, the update time.  Success: error below ``HAND_BALL_SUCCESS_DEG`` for 0.5 s
-  with the ball in the hand.
+  with the ball in the hand.  Status: succeeds on 7 of seeds 0–15 (20 s runs).
 * ``bimanual-box`` (model ``bimanual``, paper VI-A4 / VI-D4) — two 7-DoF arms move the
   550 g box through three target poses in sequence (:data:`BOX_TARGETS`): slide it
   along the table, lift it, put it down balanced on an edge.  The active target switches
@@ -41,139 +41,13 @@ model (Table I) is only the planner's.
   planner's μ is ``BOX_PLANNER_FRICTION`` = 0.3 (Table I: 0.2).  The paper's settings (arms'
   nominal at home, Table I/II as printed, box speed ``BOX_SPEED``) are
   :func:`box_paper_overrides`.  The plant's end effectors are soft fingertips (torsional
-  friction, model ``bimanual``; Status below).  Reported per target: reached or not, when, and
+  friction, model ``bimanual``).  Reported per target: reached or not, when, and
   the pose error (m, °) at the end of its phase and the smallest during it.  Success
   (:func:`box_success_factory`): the plant's box has been at the slide and then at the lift
   target (within the tolerances, at any plant step) and the last (edge) target is reached and
-  held for 0.5 s.  (Until 2026-11-21 only the edge target was tested: seed 1 with the paper's
-  settings "succeeded" that way at 6.07 s without ever lifting the box — not the task of the issue.)
+  held for 0.5 s.  Status: succeeds on 6 of seeds 0–7 (12 s runs).
 
-Status (measured 2026-11-21 on the shared 2-core machine, sync mode):
-
-* ``hand-ball`` **succeeds on 7 of the seeds 0–15** with the settings above (4 iterations per
-  update), ``contactopt run hand-ball --planner idto --seconds 20 --seed N --json``: seeds 0 / 1 /
-  2 / 5 / 6 / 11 / 12 — success at 5.4 / 9.5 / 12.3 / 9.6 / 17.8 / 11.3 / 12.2 s, final error 3.1 /
-  3.0 / 5.3 / 12.0 / 25.9 / 4.3° with the ball kept to the end (seed 12: lost at 18.9 s after its
-  success); the others lose the ball (3 / 4 / 8 / 9 / 10 / 13 / 14 / 15 at 5.0 / 14.4 / 3.2 / 11.8 /
-  0.6 / 7.1 / 3.3 / 10.4 s) or stall at 86° (seed 7).  Seed 0 over 30 s: success at 5.368 s, the
-  ball kept, final error 2.9° (``--seconds 6.5``: the slow test).  Iterations per update on the
-  same code and seeds (20 s): 3 (the previous setting) succeed on 3 of 16 (seeds 7 / 9 / 15),
-  5 on 2 of seeds 0–7 (0 / 1).  (Before the compiled contact forces of 2026-11-21, whose sums
-  differ from the NumPy ones in the last bit, the 3-iteration setting succeeded on seeds 0 and 2
-  of 0–7 instead: the closed loop is chaotic, a run succeeds or loses the ball on details.)
-  MPC rate with 4 iterations: :func:`contactopt.bench.idto_bench.mpc_rate` (2 workers) 18.8 Hz
-  on a quiet machine; ``mpc_rate_hz`` of the 30 s run of seed 0: 14.5 Hz (≥ the paper's 10 Hz;
-  sync mode: the simulated policy lag is 0.1 s either way).
-  Diagnosis (paper settings, before the changes): (1) even with a *hold* nominal (spin 0) the
-  closed loop lost the ball at ~3 s (seeds 0 / 1), while a plain PD hold of the home pose keeps it
-  for 5 s on every seed: the plans themselves push it away — the first plan (30 iterations) of a
-  hold nominal swings the thumb 0.9 rad and rolls the ball 1.2 cm back, because at Table II's
-  ball-position weight 10 a 1 cm drift costs as much as a 0.01 rad orientation error; (2) the
-  one-iteration plans are far from dynamically feasible: phantom (unactuated) forces on the ball
-  of 0.46 N rms (its weight: 0.49 N) and 0.01 N·m (40× the torque the planned spin needs), so
-  the plans' predicted ball motion is uncorrelated with the plant's (correlation of predicted and
-  actual 0.1 s yaw increments −0.08; the plans predicted 119° of turning in 6 s, the plant turned
-  20°); 3 iterations: 0.17 N, predicted 91° vs actual 60°; (3) the ball, once rolling on the flat
-  palm (MuJoCo point contact: no rolling resistance), is stopped only by a finger; the losses
-  seen in the contact forces are a finger or the thumb striking the ball after a gait step
-  (e.g. the thumb's medial link kicks it to 38 cm/s toward the open +y side).  Measured effect
-  of each change, seeds 0–3 unless noted (``ball lost at`` = first time out of the hand):
-  paper settings, 10 s: lost at 2.4 / 1.9 / 4.7 / 2.0 s, seeds 4–7 at 4.1 / 3.1 / 4.0 / 4.5 s;
-  ball-position weight 3000 / 30000: kept for 15 s on seeds 0–3 (final 162 / 157 / 108 / 55°),
-  seeds 4–7 lost at 2.5 / 9.6 / 7.1 / 13.0 s (1000 / 10000: kept on 1 of 4 for 8 s; 10⁴ / 10⁵: 3 of 4
-  kept for 8 s but slow, 133–165°); + hand velocity weight 0.1: kept for 10 s on all of seeds 0–7, but slow
-  (final 166 / 140 / 148 / 144 / 173 / 77 / 103 / 135°) and in 30 s runs lost at 14.1 / – / 28.3 /
-  25.3 s (smallest error 72 / 36 / 50 / 71°); + 3 iterations per update, 30 s: seed 2 succeeds at
-  23.5 s (then lost at 26.4 s), seeds 1 / 3 stall at 40–50° / 70°, seed 0 lost at 6.4 s; + spin
-  0.5 rad/s (was 0.3): the settings above.  Tried with the new weights, no better (one
-  iteration per update and spin 0.3 unless noted): penalty method (w_u 1e3 or 1e4, also with
-  orientation weight 100 / 1000; the ball is kept, < 1 cm drift, but turned only 4–35° in 10 s —
-  the paper's finding), R = 0.01, 20 Hz updates (kept on 3 of 4 for 15 s, no faster), v_s =
-  0.03 m/s, ball angular-velocity weight 10, spin 0.6 (seeds 1 / 3 lost at 8.5 / 3.9 s); with 3
-  iterations: orientation weight 30 / 300 (20 s: 98–129° on 3 seeds; seed 2 succeeds at 18.2 s,
-  lost at 19.7 s), tilt (body x, y) orientation weight 30 / 300 (30 s: no success, 2 of 4 lost),
-  hand velocity weight 0.03 (30 s: seeds 0–2 kept but stall at 70–107°, seed 3 lost at 21.9 s);
-  with 3 iterations and spin 0.5: k_d = 0.1, k_p = 0.5 with k_d = 0.02, 20 Hz updates (16 s:
-  0 / 1 / 0 of seeds 0–3 succeed); ball-position weight 10⁴ / 10⁵ (20 s): the ball is kept on 7
-  of seeds 0–7 (the chosen 3000: 3 of 8) but again only 2 succeed (seeds 3 / 4 at 12.5 / 16.5
-  s; the others stall at 72–135°).  Tried before (paper weights, 3 seeds each, none kept):
-  ``initial_iterations`` 100 / 200, 2 iterations per update, 3 iterations at 20 Hz, 20 Hz with one iteration, ball
-  nominal 1–2 cm toward the fingers, k = 300 / 1000 N/m, k_p = 3, spin 0.15–1 rad/s, rotation
-  about x or y, the planner's v_s = 0.01 m/s, a slippery palm for the planner only (μ 0.05).
-  What remains: the losses of seeds 1 / 3 (a striking finger; the plant's rigid contact vs the
-  planner's k = 100 N/m) and the stalls when the ball is tilted (20–28° of tilt is common: it can
-  only be undone by rolling, which the position weight resists).
-* ``bimanual-box`` **succeeds on 6 of the seeds 0–7** with the settings above, ``contactopt run
-  bimanual-box --planner idto --seconds 12 --seed N --json`` (measured 2026-11-21, sync mode):
-  seeds 0 / 1 / 2 / 3 / 6 / 7 — slide reached at 0.60 / 0.53 / 0.64 / 0.69 / 0.68 / 0.59 s, lift at
-  1.61 / 1.36 / 1.36 / 1.61 / 2.72 / 1.43 s, the edge at 3.48 / 2.49 / 2.22 / 2.74 / 3.77 / 2.42 s
-  and held to the end (success at those times; final error 2.1–2.3 cm, 1.0–2.5°: the box rests on
-  its rounded edge — corner spheres — with its centre at 0.844 m, 1.2 cm below the sharp-edged
-  target, and 1.7–2.0 cm right of it); seeds 4 / 5 — slid, the lift not reached (smallest error
-  5.4 / 2.2 cm, not with the orientation within 10° at the same time; seed 4: the box yaws 25–30°
-  in the grasp), the box dropped.  (The runs are deterministic: a second run of the 8 seeds gave
-  the same outcomes and times.)  MPC update (one iteration): median 19–38 ms, 27–53 Hz
-  (``mpc_rate_hz``; p95 36–79 ms) in the first run, 17–24 ms, 42–58 Hz (p95 31–49 ms) in the
-  second (the shared 2-core machine was less busy), ≥ the paper's 20 Hz; the closed loop ran at
-  1.0–2.0× real time;
-  :func:`contactopt.bench.idto_bench.mpc_rate` (40 updates): 30 ms median, 33 Hz, with 1 or 2
-  workers (load average 2.2–2.8).  Those numbers are with ``contact_derivatives="auto"``; with the
-  closed-form ∂F/∂q the task now uses (``BIMANUAL_BOX.weights``), the same seeds succeed (0 / 1 /
-  2 / 3 / 6 / 7 at 3.47 / 2.34 / 2.17 / 2.87 / 3.78 / 2.60 s; 4 / 5 lift not reached) and
-  ``mpc_rate`` on a quiet machine is 43.8 Hz (31.1 Hz with "auto", same run).  Video frames (seed 2,
-  ``--video``): grasped and slid at 0.6 s, lifted at 1.0–1.4 s, lowered and tilting at 1.8 s,
-  standing on its edge at 45° on the table from 2.2 s — the left hand on its upper left face, the
-  right hand's sphere on the table against its lower right side — unchanged at 3 and 5.5 s.
-  The slow test runs seed 2 (3.5 s; fails without the fingertips' torsional friction).
-  What made it work, each measured on seeds 0–2 (12 s, ``run_idto_task(BIMANUAL_BOX, ...)`` or
-  the CLI): (1) the plant's fingertips (model ``bimanual``, condim 6, torsional friction 0.02 m):
-  the squeezed box had pivoted about the line between the two point contacts and dropped;
-  with torsion the lift target is reached and the box held (seed 0, the grasp experiment below:
-  lift at 2.0 s, held); rolling friction 0.02 m instead of 0.001: the box turns with the wrists,
-  the lift fails on seeds 0 and 1; 0.005 m: success on 2 of seeds 0–5 (0.001 at that stage: 3 of
-  6); μ 0.8: the slide slows to 1.1 s and the lift fails on seed 0; (2) the right hand level
-  (``BOX_GRASP_PITCH``): at home's 45° its elbow reaches its limit before the hand reaches the
-  box's right face once the box is at x ≳ 0.05 m — the nominal
-  grasp asked for a hand 4.2 cm inside the box at the lift target, which pushed it back to
-  x = 0.07 (the "lags 2–3 cm in x" below); with it the lift is reached at 1.13 / 1.18 / 1.33 s;
-  (3) tipping instead of turning the held box in the air: a nominal that kept both hands on the
-  ±x faces while the ramp turned the box (grasp solutions every ``BOX_GRASP_KNOT_STRIDE`` knots;
-  also with the contacts rolled on the spheres and the wrists turned, kp 400 / 500, a smaller
-  squeeze, only the left hand) came within 10–45° of the target but never reached it (0 of 3
-  seeds in each of ~8 variants: the right hand meets the table, the squeeze spikes to 100–300 N
-  and the box is dropped, or it yaws 20–30° in the grasp); releasing the box after the lift (arms
-  at home, or held where they are) dropped it flat (0 of 3); (4) ``BOX_GRASP_SPEED`` 0.15 m/s
-  (0.2: success on seeds 0–2 at 2.37 / 2.23 / 2.08 s, not on 3–5; 0.1: seeds 3 / 4 fail, 5
-  succeeds).  The stop at x = 0.21 m instead of 0.225 m (speed 0.2): seed 2 fails (the box falls
-  back).  Also tried, no better: the planner's contact model including the hand links (the
-  hand–table pairs; lift on 0 of 2 seeds), ``BOX_SQUEEZE`` 0.03 m (no lift) / 0.06 m (seeds 3–5 still
-  fail), arm weight 10 / 30 (no lift), torsional friction 0.03 m (the same 6 of 8 seeds), the
-  grasp solutions ignoring the measured box orientation on the upright targets (the same 6 of 8),
-  for seeds 4 / 5: ``BOX_GRASP_HEIGHT`` ±1.5 cm (both fail), kd 40 (seed 4 succeeds at 9.3 s, but
-  of seeds 0–3 / 6 / 7 only 1 and 3 do).
-* ``bimanual-box`` with the paper's settings (:func:`box_paper_overrides`),
-  ``run_idto_task(BIMANUAL_BOX, seconds=12, seed=N, **box_paper_overrides())``, seeds 0 / 1 / 2,
-  with the fingertips above: the slide is reached at 0.62 / 0.53 / 0.55 s (the left arm pushes
-  the box; it stops 2.8–3.0 cm short of the 10 cm target, inside the 3 cm tolerance); the lift is
-  **not** (smallest error 10.4 / 10.2 / 10.3 cm: the planner never squeezes); after the 4 s budget
-  the box is tipped onto its edge on seeds 0 / 2 (edge target reached at 6.77 / 6.17 s; seed 1:
-  within 2.4 cm / 26.8°) — a success of the old edge-only test, not of the task; MPC rate
-  38–42 Hz.  (Before the fingertips: slide at 0.62 / 0.53 / 0.54 s, lift not, edge reached on
-  seed 1 at 6.07 s; also open loop with 100 iterations and μ = 0.2–1.0 the planner never squeezes.)
-  Why the lift fails: with Table II's arm weights (no running cost) no arm nominal can ask for a
-  grasp, and with the regularized friction (v_s = 0.05 m/s) a held box needs slip, so at μ = 0.2
-  even a closed-hand first guess is opened by the optimizer (open loop, 30 iterations: the box
-  rises 7 mm).
-* ``bimanual-box`` grasp experiment before the fingertips and the level right hand (kept for the
-  record; its settings are now the task's): arm weight 0 → 10 with μ 0.5, lift-only target 10 cm
-  straight up, 1.2 s: the box rises 5–6 cm; μ 0.3: 7.2 cm; arm weight 30 / 100: 7.1 / 7.8 cm; seeds
-  0 / 1 / 2: 8.1 / 8.2 / 7.9 cm within 1 s — but the grip held only ~1 s: the squeeze decayed from
-  ~17 N to ~7 N per hand and the box, held by two point contacts without torsional friction,
-  pivoted in the grasp and dropped.  Squeeze 3 / 6.5 cm, grasp 1.5–3.5 cm below the centre, v_s
-  0.01–0.02 m/s, 2–5 iterations per update, box speed 0.3–0.4 m/s: no better.  Full task, 12 s,
-  seeds 0 / 1 / 2: slide at 0.40 / 0.42 / 0.43 s; lift not reached (smallest error 3.5 / 3.2 /
-  3.1 cm; the box lifted ~6.5 cm while it lagged 2–3 cm in x); edge not reached (the dropped box
-  landed upside down); median update 75–120 ms (8–13 Hz).
+Experiment logs: docs/experiments/hand-ball-idto.md, docs/experiments/bimanual-box-idto.md.
 """
 
 from __future__ import annotations
@@ -457,11 +331,11 @@ HAND_BALL = IDTOTask(
     metric=hand_ball_error_deg, success_hold=0.5, default_seconds=15.0, kp=1.0, kd=0.05,
     lag=0.1, update_period=0.1, rate_target_hz=10.0, initial_iterations=30, report=_hand_ball_report,
     # 4 iterations per update (the paper: 1): one leaves the plans' phantom ball forces at ~0.4 N
-    # (the ball weighs 0.49 N) and their predicted ball motion uncorrelated with the plant's;
-    # with 3 / 4 iterations 3 / 7 of seeds 0–15 succeed, with 5 two of seeds 0–7 (module docstring)
+    # (the ball weighs 0.49 N) and their predicted ball motion uncorrelated with the plant's
+    # (3 and 5 iterations compared in docs/experiments/hand-ball-idto.md)
     iterations_per_update=4,
     # the paper: "the LM method was essential to obtaining good performance".  Δ_0 stays at the
-    # notes' 0.1: with 10, seeds 0–6 gave 2/7 (0.1: 4/7) and the 10-iteration cost was higher
+    # notes' 0.1 (10 was worse: docs/experiments/hand-ball-idto.md)
     solver=dict(underactuation="constrained"),
 )
 
@@ -872,8 +746,8 @@ BIMANUAL_BOX = IDTOTask(
     # Table II, except the arm joint positions: BOX_ARM_WEIGHT running and terminal (module docstring).
     # ∂F/∂q in closed form only: the pairs it is not exact for are the box spheres against the
     # flanges' cylinder rims, 2–5 cm away (forces < 0.1 N); finite differences there (the default
-    # "auto") made every iteration 2.8× slower for the same convergence (10 / 30 iterations of the
-    # first plan: cost 306 564 / 7.339 vs 306 382 / 7.340) and the same seeds 0–7 succeed
+    # "auto") made every iteration 2.8× slower for the same convergence
+    # (docs/experiments/bimanual-box-idto.md)
     weights={**_BOX_PAPER_WEIGHTS, "Qq": [BOX_ARM_WEIGHT] * 14 + [10.0] * 6,
              "Qf_q": [BOX_ARM_WEIGHT] * 14 + [10.0] * 6, "contact_derivatives": "analytic"},
     # Table I, except μ = BOX_PLANNER_FRICTION

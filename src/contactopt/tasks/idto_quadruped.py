@@ -24,9 +24,8 @@ horizon's end: Table II's joint weights are 0 in the running cost).
 Planner settings: Table I/II/III of the paper (``T = 20``, ``h = 0.05`` s, ``k = 2000`` N/m,
 ``σ = 1`` cm, ``μ = 1``, ``v_s = 0.5`` m/s, the penalty method with weight 100 on
 unactuated forces, one iteration per update on flat ground); chosen: two iterations per
-update on the hills (with one, seeds 0, 3, 4, 5 of 0–5 fell on a hill), 20 ms
-lag and 50 Hz updates in sync mode, PD gains ``k_p = 40`` N·m/rad, ``k_d = 2`` N·m·s/rad, and
-planner contact only on the feet, trunk and motor housings
+update on the hills, 20 ms lag and 50 Hz updates in sync mode, PD gains ``k_p = 40`` N·m/rad,
+``k_d = 2`` N·m·s/rad, and planner contact only on the feet, trunk and motor housings
 (:func:`restrict_planner_contacts`: the shank capsules overlap the foot spheres).
 
 Report (JSON): ``metres_walked`` (base ``x`` gained), ``metres_per_10s``, ``falls`` (number
@@ -36,18 +35,9 @@ of times the base fell: :func:`is_fallen`, base height above the terrain below
 whole run): no fall and at least ``QUAD_MIN_METRES_PER_10S`` = 1 m per 10 s (a quarter of
 the 4 m that 0.4 m/s would give).
 
-Status (10 s, sync mode, seeds 0–9, ``contactopt run quadruped[-hills] --planner idto --seed N
---json``): flat — 10/10 succeed, 3.87–3.96 m per 10 s (0.39 m/s after the first second), no
-fall; every foot steps about once per 1.2 s (a four-beat walk; with two iterations per update
-diagonal pairs swing together, trot-like), stance feet still slip ~0.2 m/s (the planner's
-friction is regularized with ``v_s = 0.5`` m/s).  Hills — 9/10 succeed, 3.75–3.82 m per 10 s
-over all three hills; seed 3 rolls over on the third hill at 8.7 s.  Update wall time on the
-2-core machine: flat ~8–16 ms median (1 iteration), hills ~19–22 ms (2 iterations).
-Ablations on the hills (seeds 0, 1): with the plain re-anchored nominal (``catch_up = 0``)
-the robot stalls in front of the second hill at 1.75 m (standing still is the planner's
-optimum within one horizon); without the planner-contact restriction it falls near the
-second hill (1.5–1.6 m; with one iteration per update and ``k_p = 20`` it stalled in front
-of the first, the shanks' distant push holding the front feet back).
+Status: flat 10/10 and hills 9/10 of seeds 0–9 succeed (10 s runs).
+
+Experiment log: docs/experiments/quadruped-idto.md.
 """
 
 from __future__ import annotations
@@ -330,16 +320,16 @@ QUADRUPED = IDTOTask(
     metric=_quad_metric, default_seconds=10.0, kp=40.0, kd=2.0, lag=0.02, update_period=0.02,
     rate_target_hz=60.0, initial_iterations=30, iterations_per_update=1, report=quadruped_report,
     success_factory=_quad_success_factory,
-    # Δ_0 = 10 (the notes' default 0.1): the first plan's 10-iteration cost 6.3 instead of
-    # 1.5e4 (at 0.1 the first iterations only grow Δ); closed loop seeds 0–3 on flat ground and
-    # on the hills walk the same (3.7–3.9 m per 10 s, no falls) either way
+    # Δ_0 = 10 (the notes' default 0.1): a lower first-plan cost, the same closed loop
+    # (docs/experiments/quadruped-idto.md)
     solver=dict(initial_radius=10.0),
 )
 
 QUADRUPED_HILLS = dataclasses.replace(
     QUADRUPED, name="quadruped-hills", model="quadruped-hills",
     description=f"walk forward at {QUAD_SPEED:g} m/s over three cylinder hills, no gait given",
-    # chosen: two iterations per update (with one, 4 of 6 seeds fell on a hill; see the docstring)
+    # chosen: two iterations per update (with one, seeds fell on a hill;
+    # docs/experiments/quadruped-idto.md)
     iterations_per_update=2)
 
 TASKS = (QUADRUPED, QUADRUPED_HILLS)

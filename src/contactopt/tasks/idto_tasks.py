@@ -13,120 +13,19 @@ Tasks:
 * ``spinner`` — keep the damped spinner turning: the target is always 2 rad ahead of its
   current angle (a ramp over the horizon), the finger's nominal pose is its home pose.
   Reports ``radians_per_10s``; success when it reaches ``SPINNER_MIN_RAD_PER_10S``.
+  Status: succeeds (finger gaiting emerges).
 * ``hopper`` — the footed hopper (``hopper-foot``) hops forward to a target ``x`` 0.5 m ahead
   (nominal: the home pose with the torso ``x`` running toward the target at a fixed speed,
   anchored to time; no gait is given); success when the torso is within ``HOPPER_TOL`` of the
   target, upright, for 0.5 s, before any fall (torso below 0.4 m or pitch beyond 0.6 rad,
-  latched).  Tested: the first plan and the nominal (fast), seed 3's closed loop (slow).
+  latched).  Status: succeeds for 13 of seeds 0–15 (10 s runs).
 * ``acrobot`` — swing up from hanging and balance (no contact; the unactuated shoulder is
-  penalized, penalty method); success when the tip stays above 3.9 m for 1 s.  Tested
-  (``tests/test_idto_mpc.py``): the balance half from 0.05 rad off upright (fast), and the
-  full swing-up and balance for seed 1 (slow).
+  penalized, penalty method; nominal: upright with winding hysteresis, :data:`ACROBOT_REWIND`);
+  success when the tip stays above 3.9 m for 1 s.  Status: succeeds for all of seeds 0–15
+  (10 s runs).
 
-Status: ``spinner`` succeeds (finger gaiting emerges: a periodic strike–withdraw cycle);
-``acrobot`` succeeds for all of seeds 0–15 in 10 s runs (upright reached at 5.3–9.0 s; with
-the notes' Δ_0 = 0.1 instead of the task's 1: 15/16, seed 9 at 10.0 s in a 20 s run); ``hopper``
-succeeds for 13 of seeds 0–15 (10 s runs).  Measured in sync mode, fixed
-lag = update period = 10 ms unless named; variants are :func:`run_idto_task` overrides of the
-task's fields:
-
-* ``acrobot`` (not one of the paper's examples — its Table III has spinner, hopper,
-  quadruped, bi-manual and Allegro; the authors' code has an acrobot example: 2 s horizon,
-  h 0.05 s, Q_q 1, Q_v 1, Q_f,q 100, Q_f,v 1, R 0.1 on the elbow, constrained, PD 100/10;
-  as trajectory optimization, ``mpc: false``).  Here the elbow has ±5 N·m.
-  Current settings: ``h`` 0.02 s, ``T`` 150 (3 s horizon), 2 solver iterations per update.
-  ``contactopt run acrobot --planner idto --seed N --json``: seeds 0–7 in 20 s all succeed
-  (success from 5.39–6.58 s, i.e. also within the default 10 s), seeds 8–15 in 10 s: 7/8 (seed 9
-  succeeds at 10.0 s, in a 20 s run).  The update takes 6.5–11 ms (median, this machine; p95
-  8–20 ms) against the 10 ms lag, ~2.5 ms with the previous ``T`` 100 and one iteration.
-  What made the difference, seeds 0–7 in 20 s: ``T`` 100 / 1 iteration (the previous default)
-  1/8 (seed 1, 8.72 s; seeds 8–15 in 10 s: 1/8); ``T`` 150 / 2 iterations 8/8; ``T`` 150 / 3
-  iterations 8/8.  Each change alone was 0–1 of 3 seeds (below).  Sensitive to the lag: ``T``
-  150 / 2 iterations with lag = update period = 20 ms: 0/8.
-  Soft actuator limits (``IDTOProblem(actuator_limit_weight=w)``, the elbow's ±5 N·m in the
-  cost; not used by default): they do keep the plans within the limit (open loop, ``T`` 150,
-  ``w`` 1000: peak 5.03 N·m, terminal ``q`` 2.93 rad), but did not raise the success rate:
-  ``T`` 100 / 1 iteration, ``w`` 10 / 100 / 1000: 1/8 each; ``w`` 100 with ``R`` 0.1: 2/8, with
-  ``R`` 0.01: 0/8; ``w`` 100, margin 0.2: 0/8; ``T`` 150: ``w`` 100 with ``R`` 0.1 0/8, ``w``
-  1000 3/8; ``T`` 150, ``w`` 1000, 3 iterations: 6/8, 2 iterations: 8/8 (the same as without);
-  with a 20 ms lag 1/8.  At ``T`` 100 the limited plans cannot reach upright within the 2 s
-  horizon (open loop: terminal shoulder angle 1.4–1.9 rad instead of π), and in closed loop
-  the warm-started plans put large torques on their first step (the measured state is off the
-  plan; elbow 35–120 N·m there) whatever the weight.
-  Before these settings (``T`` 100, one iteration), ``contactopt run acrobot --planner idto
-  --seed N --json`` (10 s), seed 0 / 1 / 2 → success
-  False / True (8.72 s) / False; closest tip metric 2.00 / 0.17 / 0.16 m.  Seeds 0 and 2
-  still fail in 30 s (seed 0 stays folded, seed 2 passes 0.16 m from the target and falls
-  away); a 5 ms lag (the update takes ~2.5 ms) gives the same 1/3.
-  The two changes that made seed 1 succeed (before: 0/3, closest metric 0.52 / 0.57 / 1.60):
-
-  - ``h`` 0.05 → 0.02 s with ``T`` 40 → 100 (same 2 s horizon).  At 0.05 s the swing-up
-    plans exploit the coarse steps (the elbow crosses ~3 rad in two knots); evaluated with
-    ``mj_inverse`` along the policy's cubic splines at 5 ms, the first plan needs shoulder
-    torques of rms 56 N·m (peak 340) — nothing a plant with an unactuated shoulder can track:
-    that plan followed open loop ends at ``q`` ≈ (1.0, −0.6) instead of (2.9, 0).  At 0.02 s:
-    rms 8 N·m; at 0.01 s: rms 2.8.  (0.01 s with ``T`` 200 was 0/3 in 20 s; 0.025 s with
-    ``T`` 80, 0/3.)  The first plan now gets 300 iterations (was 200; all runs above used 300).
-  - Winding hysteresis in the nominal (:data:`ACROBOT_REWIND`).  Re-picking the nearest
-    upright winding at every update made the target jump by 2π whenever a hinge passed ±π from
-    it; with ``h`` 0.02 the elbow then spun through 80 rad at full torque.  With the
-    hysteresis and the old ``h`` 0.05 the closed loop instead settles folded (metric ≈ 2.2,
-    3/3), so the two changes only help together.  ``ACROBOT_REWIND`` ∞ or 2π: the same 1/3
-    (seed 1); 1.2π: 0/3.
-
-  The balance half is robust; the catch is the limit.  Started ``±δ`` (uniform, both joints)
-  from upright at rest: δ = 0.05 rad 3/3 seeds recover, 0.1 2/3, 0.15 2/3 (``h`` 0.05 s:
-  3/3, 2/3, 1/3, and 0/3 at 0.3); a saturated (±5 N·m) discrete LQR on the same plant: 2/3,
-  1/3, 1/3, 0/3.  So the swing-up must arrive within ~0.1 rad almost at rest, and IDTO, which
-  has no torque limits (by default: see the soft limits above), plans swing-ups needing 9–16 N·m
-  peaks (clipped on the plant).
-  Tried at ``h`` 0.02, ``T`` 100 without gain (all 0–1 of 3 seeds, seed 1 only): ``R`` 3
-  (0/3); ``Q_f,v`` 1 (1/3); running ``Q_q`` 1 (0/3); ``Q_f,q`` 1000 (0/3); constrained
-  (0/3); the authors' weights with ``k_p, k_d`` 100/10 (0/3); ``k_p, k_d`` 50/5 (1/3);
-  2 iterations per update (1/3); ``T`` 125 (0/3), ``T`` 150 with ``R`` 3 or 10 (1/3 held
-  then lost, 0/3), ``T`` 200 with ``R`` 5 or 10 (0/3).  Earlier, at ``h`` 0.05 s without the
-  hysteresis (all 0/3 in 12 s): running ``Q_q`` 1 or 10; ``R`` 0.1; unactuated penalty
-  10³; 3 iterations per update; ``Q_v`` 1.  A quadratic-cost IDTO has no energy-shaping term
-  like the iLQG ``acrobot-swingup`` task's, so the swing-up rests on the local solver finding
-  a pumping plan the clipped plant can follow.
-* ``hopper`` (``hopper-foot``, the authors' hopper: one leg, a heel-and-toe foot).  ``contactopt
-  run hopper --planner idto --seed N --json`` (10 s), with Δ_0 10 and the updates restarting at
-  0.1 (``restart_radius``, below): seeds 0–7 succeed 5/8 (1/2/3/4/6, the success hold starting
-  at 2.51–3.14 s; seeds 0, 5 and 7 fall at 2.78 / 2.80 / 2.96 s), held-out seeds 8–15 8/8
-  (2.56–3.65 s).  With Δ_0 0.1 for both (the previous settings): 6/8 and 7/8.  The successful
-  runs rock forward onto the toe, hop 1–3 times (``flight_phases`` in the report: heel and toe
-  more than 5 mm up) and stop 0.40–0.52 m ahead.  Update 6–9 ms median, one iteration, against
-  the 25 ms lag.  What made it work (scratch runs, seeds 0–7 unless named):
-
-  - **The model.**  The point-foot hopper with a knee (``hopper``, the iLQG paper's) never
-    succeeded (0/8 over ~40 variants, 2026-11: the gait nominal, phase re-anchoring, soft
-    actuator limits, T 25 with 4 iterations; falls at 1.65–5.28 s): it must balance by foot
-    placement alone, and the plans put 20–450 N on its unactuated torso.  The authors' hopper
-    example has a foot with heel and toe spheres 0.2 m apart, so it can stand; ``hopper_foot.xml``
-    follows its proportions (torso 0.4 m / 1 kg, leg 0.4 m / 0.2 kg, foot 0.1 kg).
-  - **The x reference anchored to time** (:func:`_hopper_nominal`).  Re-anchored at the measured
-    ``x`` (a ramp from it at 0.25 m/s, Q_q,x 30) one hop took the hopper 0.2 m, then it stood
-    still for good: with a fully converged plan from standing (200 iterations) the solver leans
-    on the toe (heel 7.5 cm up) instead of hopping.  An absolute target with Q_q,x 30 fell at 0.6 s.
-  - **Update period = h** (25 ms on 25 ms knots).  With 10 ms updates on the authors' 50 ms knots
-    the hopper stood after one hop (seed 0: 0.2 m in 10 s); with 50 ms updates on 50 ms knots
-    it hopped continuously (53–67 hops per 10 s) but fell.
-  - **The nominal as the first guess**: from a held standing guess 1 of 8 succeeded (five stood
-    still 0.17–0.40 m ahead); with it 3 of 8 reached the target, the rest fell at ~2 s (next).
-  - **No terminal cost** (the authors' Q_f,q 10, Q_f,v 1): with it the falls came at the time the
-    first plan ended (2.0–2.3 s with T 80, 1.1–1.3 s with T 40, and earlier with the x reference
-    tapered to a stop before the horizon's end: 1.5 s for 0.5 s of taper).  The hopper fell
-    executing the first plan's stop, a braking hop that pitched the torso back beyond recovery
-    (measured pitch −0.5 rad at landing; the plan expected −0.3 and a recovery).  Q_f,v 10 and
-    Q_f,q 100 did not help (1 and 2 of 8 without a fall).  Without it: 2/4 at 0.15 m/s, then Q_v,x
-    1 instead of 3: 6/8.
-  - **Small steps in the updates.**  The first plan converges (its trust radius collapses), so
-    every update starts from the radius it restarts at: 0.1 gives 13/16 of seeds 0–15, 1 gives
-    2/16 and 10 gives 5/16 (the plans' hops grow bolder and the hopper falls or stands still);
-    the first plan's own Δ_0 does not matter (10 or 0.1: 13/16 either way).
-  - No gain, on the way (seeds 0–3 or 0–7): 2 iterations per update, T 40 or 120, k 1000–3000
-    N/m with σ 1–3 mm, Q_q,z 30, Q_q,pitch 10, PD 50/3, 0.2 m/s, Q_q,x 20, a z-hop added to the
-    nominal; a 1 m target: 1 of seeds 0–3.
+Experiment logs: docs/experiments/spinner-idto.md, docs/experiments/hopper-idto.md,
+docs/experiments/acrobot-idto.md.
 """
 
 from __future__ import annotations
@@ -391,9 +290,8 @@ SPINNER = IDTOTask(
     success_factory=_spinner_success_factory,
     # The paper's spinner MPC uses the Lagrange-multiplier (equality-constrained) method; with
     # the penalty the plan leans on unactuated forces and never makes real contact.
-    # Δ_0 = 10 (the notes' default is 0.1): the first plan's 10-iteration cost 11.0 instead of
-    # 25.0 (the whole trajectory's step is bounded by Δ in scaled units, so 0.1 spends the first
-    # ~7 iterations growing Δ); closed loop seeds 0–7 8/8 either way, 4.1–4.9 rad/10 s vs 4.0–4.7.
+    # Δ_0 = 10 (the notes' default is 0.1): a lower first-plan cost
+    # (docs/experiments/spinner-idto.md).
     solver=dict(underactuation="constrained", initial_radius=10.0),
 )
 
@@ -415,7 +313,8 @@ def _hopper_nominal(model, T, h):
 
     The reference is anchored to time, not to the measured ``x``: re-anchored at the measured ``x``
     at every update the pull never grows, and the plans settle into a standing or tiptoe lean
-    (module docstring).  The lead bound keeps a hopper that fell behind from lunging."""
+    (docs/experiments/hopper-idto.md).  The lead bound keeps a hopper that fell behind from
+    lunging."""
     ks = np.arange(T + 1) * h
 
     def nominal(t, x):
@@ -430,7 +329,8 @@ def _hopper_nominal(model, T, h):
 
 def _hopper_initial_guess(model, T, h):
     """The first plan starts from the nominal (``x`` ramped toward the target): from a held standing
-    guess the solver settles on its toe, leaning forward, and never hops (module docstring)."""
+    guess the solver settles on its toe, leaning forward, and never hops
+    (docs/experiments/hopper-idto.md)."""
     nominal = _hopper_nominal(model, T, h)
     return lambda t, x: nominal(t, x)[0]
 
@@ -487,12 +387,12 @@ HOPPER = IDTOTask(
     # The paper's 2 s horizon (Table II: h 0.05 s, T 40) at h 0.025 s, T 80, updated every h
     # (25 ms, one iteration): the warm start is then the previous plan shifted by exactly one knot.
     # With 10 ms updates on 50 ms knots the shifted guess's linear resampling smooths the impacts
-    # and the plans stood still after the first hop (module docstring).
+    # and the plans stood still after the first hop (docs/experiments/hopper-idto.md).
     horizon=80, time_step=0.025,
     # x, z, pitch, hip, ankle.  The authors' hopper weights (Q_q 1, Q_v 0.1, R 100 unactuated /
     # 0.1 actuated) with Q_q,x 30 and Q_v,x 1 toward the moving x reference, and no terminal
     # cost: with the authors' Q_f,q 10 / Q_f,v 1 every plan ends in a stop, and the hopper fell
-    # when it reached the first plan's stop (at T h; module docstring).
+    # when it reached the first plan's stop (at T h; docs/experiments/hopper-idto.md).
     weights=dict(Qq=[30.0, 1.0, 1.0, 1.0, 1.0], Qv=[1.0, 0.1, 0.1, 0.1, 0.1], Qf_q=0.0, Qf_v=0.0,
                  R=[100.0, 100.0, 100.0, 0.1, 0.1], unactuated_penalty=1e3),
     # the paper's hopper contact: k 800 N/m, σ 1 cm, μ 1, v_s 0.05 m/s, v_d 0.1 m/s
@@ -503,10 +403,8 @@ HOPPER = IDTOTask(
     # the authors' PD gains (K_p 100, K_d 5 on the two motors)
     metric=_hopper_metric, success_hold=0.5, default_seconds=10.0, kp=100.0, kd=5.0, lag=0.025,
     update_period=0.025, rate_target_hz=100.0, initial_iterations=200, report=_hopper_report,
-    # Δ_0 = 10: the 10-iteration open-loop cost 1.4e4 instead of 4.6e5 at the notes' 0.1.  The
-    # first plan converges (its radius collapses), and the updates restart from
-    # ``restart_radius``: kept at 0.1, seeds 0–15 13/16 as with Δ_0 = 0.1 throughout; restarting
-    # the updates at 1 or 10 instead gave 2/16 and 5/16 (bolder steps on the hops)
+    # Δ_0 = 10 for the first plan; it converges (its radius collapses), and the updates restart
+    # from ``restart_radius`` 0.1 (larger restarts: bolder hops; docs/experiments/hopper-idto.md)
     solver=dict(underactuation="constrained", initial_radius=10.0), restart_radius=0.1,
 )
 
@@ -569,20 +467,20 @@ ACROBOT = IDTOTask(
     # h = 0.02 s, not the authors' 0.05 s: at 0.05 s the swing-up plans exploit the coarse steps
     # (the elbow crosses ~3 rad in two knots) and their cubic splines need shoulder torques of rms
     # 56 N·m (peak 340) under the plant's dynamics — untrackable; at 0.02 s rms 8, at 0.01 s rms
-    # 2.8.  A 3 s horizon (the authors': 2 s) with 2 iterations per update: 8/8 seeds instead of
-    # 1/8 with 2 s and one iteration (module docstring).
+    # 2.8.  A 3 s horizon (the authors': 2 s) with 2 iterations per update
+    # (docs/experiments/acrobot-idto.md).
     horizon=150, time_step=0.02,
     # terminal-only position cost (the swing is free), penalty method on the shoulder; R = 1 on
     # the elbow keeps the planned torque near the plant's ±5 N·m limit (the soft actuator limits,
-    # actuator_limit_weight, stay off: they did not raise the success rate, module docstring)
+    # actuator_limit_weight, stay off: they did not raise the success rate,
+    # docs/experiments/acrobot-idto.md)
     weights=dict(Qq=0.0, Qv=[0.1, 0.1], Qf_q=[100.0, 100.0], Qf_v=[10.0, 10.0], R=[1.0, 1.0],
                  unactuated_penalty=100.0),
     contact=None, nominal=_acrobot_nominal, initial_state=_acrobot_initial, success=_acrobot_success,
     metric=_acrobot_metric, success_hold=1.0, default_seconds=10.0, kp=20.0, kd=3.0, lag=0.01,
     # rate target: the paper has no acrobot example; its closed loop replans every 10 ms
     update_period=0.01, rate_target_hz=100.0, initial_iterations=300, iterations_per_update=2,
-    # Δ_0 = 1 (the notes' default 0.1): 10-iteration cost 894 instead of 980; closed loop seeds
-    # 0–15 16/16 (0.1: 15/16; Δ_0 = 10: 14/16, 10-iteration cost 827)
+    # Δ_0 = 1 (the notes' default 0.1; comparison in docs/experiments/acrobot-idto.md)
     solver=dict(initial_radius=1.0),
 )
 

@@ -1,9 +1,9 @@
 """iLQG MPC tasks of the seed paper: acrobot swing-up, swimmer reach, hopper hop.
 
 Each task is an :class:`~contactopt.tasks.mpc_task.MPCTask` registered for the ``ilqg``
-planner; ``contactopt run TASK --planner ilqg`` runs it.  All run in real time on a
-2-core machine (sync mode with ``lag="measured"`` and async mode, slowdown 1): the plant
-steps faster than the planner, one iLQG iteration per update.
+planner; ``contactopt run TASK --planner ilqg`` runs it.  The plant steps faster than the
+planner, one iLQG iteration per update.  Status: all run in real time on a 2-core machine
+(sync mode with ``lag="measured"`` and async mode, slowdown 1).
 
 ``acrobot-swingup``
     plant 2 ms, planner 10 ms, horizon 1.5 s (150 steps, derivatives every 2nd step).
@@ -14,12 +14,8 @@ steps faster than the planner, one iLQG iteration per update.
 
     with ``E`` the mechanical energy (:class:`AcrobotEnergy`) and ``E_up`` that of the
     upright rest state; terminal cost ``5 · ½‖tip − target‖² + 0.5 · ½‖v‖²``.  The energy
-    term is what escapes the hanging stationary point: it is linear far from ``E_up`` and
-    its gradient pumps energy from any slightly perturbed start, where the tip-distance
-    cost alone converges to "hang" or "fold" local minima.  The cosh control cost keeps
-    the plan inside the ±5 N m range, so the feedback gains do not vanish on clamped
-    controls (they do in the box-QP backward pass), which is what makes the balance
-    tolerate 20–80 ms of policy lag.
+    term escapes the hanging stationary point; the cosh control cost keeps the plan inside
+    the ±5 N m range.
     Success: tip higher than 4.0 m (target 4.2 m) continuously for 1 s, within 15 s.
 
 ``swimmer-reach``
@@ -33,25 +29,10 @@ steps faster than the planner, one iLQG iteration per update.
     joints ±0.3 rad — i.e. the target is at a random distance and bearing relative to the
     swimmer.  Success: nose within 0.12 m of the target, within 30 s.
 
-``hopper-hop`` (real time since the compiled MuJoCo loops of 2026-11-21: an update takes
-7.5 ms median (p95 10.8), and ``contactopt bench ilqg --model hopper-hop`` on a quiet machine
-gave 10/10 seeds in sync mode with the measured lag at slowdown 1; asynchronous real-time runs
-of seeds 0–9 (``contactopt run hopper-hop --planner ilqg --mode async --seed N``, lag 5–10 ms)
-succeeded on 7/10 and 8/10 in two passes — the failures differ from pass to pass (thread
-timing).  Before them (iteration ~15 ms): not reliably in real time.  Sync runs with the measured lag at slowdown 1,
-seeds 0–9, 6 s: 9/10, 5/10, 8/10 and 5/10 in four runs of the same settings (lag 13–20 ms,
-machine load 1–2; 7/10 at load ≈ 3): the measured lag varies from update to update;
-asynchronous real time: 5/10 (6/10 without lag compensation, lag 10–20 ms); a fixed
-prediction horizon of 20 ms instead of ``"auto"``: 2/10 twice;
-fixed lags: 8/10 at 15 ms, 5/10 at 20 ms; with 2 iterations per update 10/10 at a fixed 25 ms
-and 8/10 at 30 ms, but the measured lag of a 2-iteration update on the loaded machine is
-24–37 ms (2/10).  Without lag compensation: 1 iteration 8/10 at 15 ms; 2 iterations 5/10 at
-30 ms, 0/10 at 40 ms)
+``hopper-hop``
     plant 5 ms, planner 10 ms, both with the soft contact ``solref (0.02, 1)``,
-    ``solimp (0, 0.95, 0.02, 0.5, 2)`` (with the model file's stiff foot contact the closed
-    loop falls even at slowdown 4: the plan's impulsive 10 ms pushes do not transfer);
-    horizon 0.8 s (80 steps; 60: 3/10 measured), 1 iteration per update, derivatives at every
-    step (every 2nd: 0/10), lag compensation ``"auto"`` (:class:`~contactopt.mpc.ILQGPlanner`:
+    ``solimp (0, 0.95, 0.02, 0.5, 2)``; horizon 0.8 s (80 steps), 1 iteration per update,
+    derivatives at every step, lag compensation ``"auto"`` (:class:`~contactopt.mpc.ILQGPlanner`:
     each update plans from the state predicted at ``t + lag`` under the policy in force).
     Running cost::
 
@@ -60,16 +41,14 @@ and 8/10 at 30 ms, but the measured lag of a 2-iteration update on the loaded ma
         + 10 · ½(knee − 0.5)²  +  3 · smoothabs_0.1(x_foot − x_com − 0.05)
         + 1000 · ½ min(z_torso − 0.85, 0)²  +  1000 · ½ max(|pitch| − 0.35, 0)²
 
-    The torso target 1.2 m is above the straight-leg standing height (1.05 m), so the only
-    way to lower the cost is to leave the ground: offline, iLQG finds small forward hops.
-    The one-sided bounds (:class:`~contactopt.costs.OneSidedQuadratic`) keep the plan's crouch
-    above 0.85 m and its pitch within ±0.35 rad — without them the plan's deepest crouch
-    (0.6 m) and lean cross the failure limits; the control weight 3 (was 0.3) removes the
-    plan's ±1 chattering and the knee term (weight 10, was 1) keeps a bent, springy leg
-    instead of a stiff lean-and-fall.  The remaining failures are landings after a
-    lag-delayed push (over-speed, then a crash).
+    The torso target 1.2 m is above the straight-leg standing height (1.05 m), so the plan
+    hops; the one-sided bounds (:class:`~contactopt.costs.OneSidedQuadratic`) keep the plan's
+    crouch above 0.85 m and its pitch within ±0.35 rad.
     Success: torso beyond x = 1.5 m, above 0.7 m and pitch within ±0.7 rad for 1 s, and
     never below/over those limits earlier in the run (no fall-and-get-up), within 6 s.
+
+Experiment logs: docs/experiments/acrobot-swingup-ilqg.md (acrobot-swingup, swimmer-reach),
+docs/experiments/hopper-hop-ilqg.md.
 """
 
 from __future__ import annotations
@@ -310,7 +289,7 @@ HOP_LOW = (1000.0, 0.85)
 HOP_PITCH_BOUND = (1000.0, 0.35)
 #: (solref, solimp) of the plant's contacts, None: the model file's (foot solref 0.01).  The
 #: planner's soft contact is used: with the stiff contact the closed loop falls even with
-#: lag 0 (the plan's impulsive pushes do not transfer) — see the report in the module docstring.
+#: lag 0 (the plan's impulsive pushes do not transfer) — docs/experiments/hopper-hop-ilqg.md.
 HOP_PLANT_CONTACT = (HOP_SOLREF, HOP_SOLIMP)
 
 
