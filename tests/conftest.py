@@ -4,6 +4,8 @@ import mujoco
 import numpy as np
 import pytest
 
+from contactopt.testing import finite_difference_jacobian
+
 # A free body, a ball joint, a hinge with a geared motor, a slide, a tendon-driven
 # hinge pair and a position servo: every transmission/joint kind the helpers handle.
 MIXED_JOINTS_XML = """
@@ -77,11 +79,5 @@ def _quiet_mujoco_warnings():
 def dense_fd_jacobian(problem, q, step=1e-6):
     """Brute-force Jacobian of an IDTO problem's whole residual vector w.r.t. tangent
     perturbations of ``q`` (central differences): ``(num_residuals, num_variables)``."""
-    n = problem.num_variables
-    J = np.empty((problem.num_residuals, n))
-    for i in range(n):
-        e = np.zeros(n)
-        e[i] = step
-        J[:, i] = (problem.residuals(problem.retract(q, e))
-                   - problem.residuals(problem.retract(q, -e))) / (2 * step)
-    return J
+    return finite_difference_jacobian(problem.residuals, q, eps=step, retract=problem.retract,
+                                      dim=problem.num_variables)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from contactopt import ParameterError, ShapeError, NonFiniteError, load_model, state_integrate
+from contactopt.testing import check_derivatives, finite_difference_jacobian
 from contactopt.costs import (
     L2,
     OneSidedQuadratic,
@@ -42,24 +43,18 @@ def random_state(model, rng, vel_scale=1.0):
     return np.concatenate([q, v, a])
 
 
+def state_retract(model):
+    """Tangent-space perturbation of a state ``x ⊕ dx`` (``dx`` of size ``2 nv + na``)."""
+    return lambda x, dx: state_integrate(model, x, dx)
+
+
 def fd_state_jacobian(fn, model, x, eps=1e-6):
     """Central differences of ``fn(x)`` in the tangent space: ``(fn(x ⊕ εe_j) − fn(x ⊕ −εe_j)) / 2ε``."""
-    ndx = 2 * model.nv + model.na
-    cols = []
-    for j in range(ndx):
-        e = np.zeros(ndx)
-        e[j] = eps
-        cols.append((fn(state_integrate(model, x, e)) - fn(state_integrate(model, x, -e))) / (2 * eps))
-    return np.stack(cols, axis=-1)
+    return finite_difference_jacobian(fn, x, eps=eps, retract=state_retract(model), dim=2 * model.nv + model.na)
 
 
 def fd_control_jacobian(fn, u, eps=1e-6):
-    cols = []
-    for j in range(u.size):
-        e = np.zeros(u.size)
-        e[j] = eps
-        cols.append((fn(u + e) - fn(u - e)) / (2 * eps))
-    return np.stack(cols, axis=-1)
+    return finite_difference_jacobian(fn, u, eps=eps)
 
 
 def residual_with_jacobians(res, x, u):
@@ -87,15 +82,9 @@ def test_norm_gradient_and_hessian_match_finite_differences(norm, rng):
     R = rng.normal(scale=1.5, size=(7, 4))
     g = norm.gradient(R)
     H = norm.hessian(R)
-    eps = 1e-6
     for n in range(R.shape[0]):
-        for j in range(R.shape[1]):
-            e = np.zeros(R.shape[1])
-            e[j] = eps
-            fd_g = (norm.value(R[n] + e) - norm.value(R[n] - e)) / (2 * eps)
-            fd_h = (norm.gradient(R[n] + e) - norm.gradient(R[n] - e)) / (2 * eps)
-            assert fd_g == pytest.approx(g[n, j], rel=1e-6, abs=1e-8)
-            np.testing.assert_allclose(H[n, :, j], fd_h, rtol=1e-5, atol=1e-7)
+        assert finite_difference_jacobian(norm.value, R[n]) == pytest.approx(g[n], rel=1e-6, abs=1e-8)
+        check_derivatives(norm.gradient, R[n], H[n], rtol=1e-5, atol=1e-7, name=f"{type(norm).__name__} Hessian")
     # batched evaluation equals one-by-one evaluation, diagonal accessor agrees
     np.testing.assert_allclose(norm.value(R), [norm.value(r) for r in R])
     np.testing.assert_allclose(norm.hessian_diagonal(R), np.diagonal(H, axis1=1, axis2=2))
@@ -132,15 +121,9 @@ def test_one_sided_quadratic_is_a_soft_bound(upper, rng):
     bad = R > 0 if upper else R < 0
     np.testing.assert_allclose(norm.value(R), 0.5 * np.sum(np.where(bad, R, 0.0) ** 2, axis=-1))
     np.testing.assert_array_equal(norm.hessian_diagonal(R), bad.astype(float))
-    eps = 1e-6
     for n in range(R.shape[0]):
-        for j in range(R.shape[1]):
-            e = np.zeros(4)
-            e[j] = eps
-            fd_g = (norm.value(R[n] + e) - norm.value(R[n] - e)) / (2 * eps)
-            fd_h = (norm.gradient(R[n] + e) - norm.gradient(R[n] - e)) / (2 * eps)
-            assert fd_g == pytest.approx(norm.gradient(R[n])[j], rel=1e-6, abs=1e-9)
-            np.testing.assert_allclose(norm.hessian(R[n])[:, j], fd_h, atol=1e-7)
+        assert finite_difference_jacobian(norm.value, R[n]) == pytest.approx(norm.gradient(R[n]), rel=1e-6, abs=1e-9)
+        check_derivatives(norm.gradient, R[n], norm.hessian(R[n]), rtol=1e-7, atol=1e-7, name="Hessian")
     allowed = -np.abs(R) if upper else np.abs(R)
     assert np.all(norm.value(allowed) == 0.0) and np.all(norm.gradient(allowed) == 0.0)
     with pytest.raises(ParameterError, match="upper"):
@@ -203,11 +186,10 @@ def test_every_residual_jacobian_matches_finite_differences(mixed_model, rng):
             r, jx, ju = residual_with_jacobians(res, x, u)
             assert r.shape == (res.size,)
             np.testing.assert_allclose(r, res(x, u), atol=1e-12)
-            fd_jx = fd_state_jacobian(lambda xx: res(xx, u), model, x)
             tol = 1e-4 if isinstance(res, CenterOfMassVelocity) else 1e-6  # forward-difference q block
-            np.testing.assert_allclose(jx, fd_jx, atol=tol, rtol=tol, err_msg=f"{res.name} J_x, trial {trial}")
-            fd_ju = fd_control_jacobian(lambda uu: res(x, uu), u)
-            np.testing.assert_allclose(ju, fd_ju, atol=1e-6, err_msg=f"{res.name} J_u")
+            check_derivatives(lambda xx: res(xx, u), x, jx, rtol=tol, atol=tol, retract=state_retract(model),
+                              name=f"{res.name} J_x, trial {trial}")
+            check_derivatives(lambda uu: res(x, uu), u, ju, rtol=1e-7, atol=1e-6, name=f"{res.name} J_u")
 
 
 def test_qpos_residual_quaternion_jacobian_far_from_target(rng):
@@ -226,7 +208,7 @@ def test_qpos_residual_quaternion_jacobian_far_from_target(rng):
         x = np.concatenate([q, np.zeros(model.nv)])
         r, jx, _ = residual_with_jacobians(res, x, None)
         assert np.linalg.norm(r[3:6]) == pytest.approx(angle, abs=1e-9)
-        np.testing.assert_allclose(jx, fd_state_jacobian(lambda xx: res(xx), model, x), atol=1e-6)
+        check_derivatives(res, x, jx, rtol=1e-7, atol=1e-6, retract=state_retract(model), name=f"angle {angle}")
 
 
 def test_residual_values_have_the_documented_meaning(mixed_model, rng):
@@ -271,10 +253,9 @@ def test_stage_cost_gradient_is_exact_and_hessian_is_gauss_newton(mixed_model, r
     u = rng.normal(scale=0.5, size=model.nu)
     d = cost.evaluate(x, u)
     assert d.l == pytest.approx(cost.value(x, u))
-    np.testing.assert_allclose(d.lx, fd_state_jacobian(lambda xx: np.array(cost.value(xx, u)), model, x),
-                               rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(d.lu, fd_control_jacobian(lambda uu: np.array(cost.value(x, uu)), u),
-                               rtol=1e-6, atol=1e-6)
+    check_derivatives(lambda xx: cost.value(xx, u), x, d.lx, rtol=1e-5, atol=1e-5, retract=state_retract(model),
+                      name="l_x")
+    check_derivatives(lambda uu: cost.value(x, uu), u, d.lu, rtol=1e-6, atol=1e-6, name="l_u")
     # Gauss-Newton Hessian Σ w J_xᵀ H(r) J_x assembled from finite-difference Jacobians
     lxx = np.zeros_like(d.lxx)
     luu = np.zeros_like(d.luu)
@@ -302,10 +283,9 @@ def test_stage_cost_of_linear_residual_has_exact_hessian(mixed_model, rng):
     x = random_state(model, rng)
     u = rng.normal(size=model.nu)
     d = cost.evaluate(x, u)
-    fd_lxx = fd_state_jacobian(lambda xx: cost.evaluate(xx, u).lx, model, x)
-    fd_luu = fd_control_jacobian(lambda uu: cost.evaluate(x, uu).lu, u)
-    np.testing.assert_allclose(d.lxx, fd_lxx, atol=1e-6)
-    np.testing.assert_allclose(d.luu, fd_luu, rtol=1e-6, atol=1e-6)
+    check_derivatives(lambda xx: cost.evaluate(xx, u).lx, x, d.lxx, rtol=1e-7, atol=1e-6,
+                      retract=state_retract(model), name="l_xx")
+    check_derivatives(lambda uu: cost.evaluate(x, uu).lu, u, d.luu, rtol=1e-6, atol=1e-6, name="l_uu")
 
 
 # --------------------------------------------------------------------------- trajectory cost
@@ -354,11 +334,11 @@ def test_linear_quadratic_cost_derivatives(rng):
     d = cost.evaluate(X, U)
     eps = 1e-6
     for i in (0, T):
-        for j in range(n):
-            Xp, Xm = X.copy(), X.copy()
-            Xp[i, j] += eps
-            Xm[i, j] -= eps
-            assert d.lx[i, j] == pytest.approx((cost.total(Xp, U) - cost.total(Xm, U)) / (2 * eps), rel=1e-6)
+        def total_at(xi, i=i):
+            Xi = X.copy()
+            Xi[i] = xi
+            return cost.total(Xi, U)
+        assert d.lx[i] == pytest.approx(finite_difference_jacobian(total_at, X[i], eps=eps), rel=1e-6)
     Up = U.copy()
     Up[2, 1] += eps
     Um = U.copy()

@@ -28,6 +28,7 @@ from contactopt.solvers.gdd import (
     gdd_step,
 )
 from contactopt.solvers.gdd import _kernels as K
+from contactopt.testing import check_derivatives, finite_difference_jacobian
 
 # --------------------------------------------------------------------------- fixtures
 
@@ -263,13 +264,8 @@ def test_constraint_force_jacobian_matches_finite_differences(rng):
     problem = GDDSolver(m).problem(d)
     a = d.qacc + rng.normal(scale=0.5, size=m.nv)
     f, dfda = problem.constraint_force(a, jacobian=True)
-    eps = 1e-7
-    fd = np.empty_like(dfda)
-    for k in range(m.nv):
-        e = np.zeros(m.nv)
-        e[k] = eps
-        fd[:, k] = (problem.constraint_force(a + e) - problem.constraint_force(a - e)) / (2 * eps)
-    assert np.allclose(dfda, fd, rtol=1e-6, atol=1e-6 * np.abs(dfda).max())
+    check_derivatives(problem.constraint_force, a, dfda, eps=1e-7, rtol=1e-6, atol=1e-6 * np.abs(dfda).max(),
+                      name="df/da")
 
 
 # --------------------------------------------------------------------------- closed form
@@ -334,8 +330,7 @@ def test_standing_humanoid_reach_is_physical_and_stationary():
         return 0.5 * g @ np.linalg.solve(problem.M, g) + cost.evaluate(problem, x)[0]
 
     eps = 1e-6
-    grad = np.array([(objective(a + eps * e) - objective(a - eps * e)) / (2 * eps)
-                     for e in np.eye(m.nv)])
+    grad = finite_difference_jacobian(objective, a, eps=eps)
     _, dfda = problem.constraint_force(a, jacobian=True)
     P = problem.M - problem.J.T @ dfda
     basis = P.T @ problem.actuation.Zt.T
@@ -430,21 +425,14 @@ def test_elliptic_cones_use_the_fallback_search_and_stay_physical():
 
 def _fd_check(term, problem, a, eps=1e-6, rtol=1e-5):
     value, grad, hess = term.evaluate(problem, a)
-    n = a.size
-    g_fd = np.empty(n)
-    h_fd = np.empty((n, n))
-    for k in range(n):
-        e = np.zeros(n)
-        e[k] = eps
-        vp, gp, _ = term.evaluate(problem, a + e)
-        vm, gm, _ = term.evaluate(problem, a - e)
-        g_fd[k] = (vp - vm) / (2 * eps)
-        h_fd[:, k] = (gp - gm) / (2 * eps)
     gs = max(1.0, np.abs(grad).max())
     hs = max(1.0, np.abs(hess).max())
     assert np.isfinite(value)
-    assert np.abs(grad - g_fd).max() <= rtol * gs
-    assert np.abs(hess - h_fd).max() <= rtol * hs
+    # errors bounded relative to the largest entry: rtol · max(1, max|·|) as an absolute tolerance
+    check_derivatives(lambda x: term.evaluate(problem, x)[0], a, grad, eps=eps, rtol=0.0, atol=rtol * gs,
+                      name="gradient")
+    check_derivatives(lambda x: term.evaluate(problem, x)[1], a, hess, eps=eps, rtol=0.0, atol=rtol * hs,
+                      name="Hessian")
     assert np.allclose(hess, hess.T)
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from contactopt import ParameterError
 from contactopt.tasks import humanoid_getup as hg
+from contactopt.testing import check_derivatives
 
 
 @pytest.fixture(scope="module")
@@ -45,16 +46,9 @@ def test_cost_derivatives_finite_and_match_differences(plant, planner):
     x, u = X[1], U[1]
     g = stage.evaluate(x, u)
     eps = 1e-6
-    num = np.empty(g.lx.size)
-    for j in range(num.size):
-        e = np.zeros(num.size)
-        e[j] = eps
-        num[j] = (stage.value(state_integrate(planner, x, e), u)
-                  - stage.value(state_integrate(planner, x, -e), u)) / (2 * eps)
-    np.testing.assert_allclose(g.lx, num, rtol=1e-4, atol=1e-5)
-    num_u = np.array([(stage.value(x, u + eps * e) - stage.value(x, u - eps * e)) / (2 * eps)
-                      for e in np.eye(plant.nu)])
-    np.testing.assert_allclose(g.lu, num_u, rtol=1e-5, atol=1e-7)
+    check_derivatives(lambda xx: stage.value(xx, u), x, g.lx, eps=eps, rtol=1e-4, atol=1e-5,
+                      retract=lambda xx, dx: state_integrate(planner, xx, dx), name="l_x")
+    check_derivatives(lambda uu: stage.value(x, uu), u, g.lu, eps=eps, rtol=1e-5, atol=1e-7, name="l_u")
 
 
 def test_cost_is_small_standing_large_lying(plant, planner):

@@ -15,6 +15,7 @@ from contactopt.contact.compliant import (
     regularized_friction,
     softplus_normal_force,
 )
+from contactopt.testing import check_derivatives, finite_difference_jacobian
 from contactopt.errors import NonFiniteError, ParameterError, ShapeError
 from contactopt.model import integrate_position, load_model
 from contactopt.solvers.idto import (
@@ -68,11 +69,9 @@ def test_contact_law_derivatives_match_finite_differences(rng):
     vt = rng.normal(scale=0.1, size=(6, 2))
     fn = rng.uniform(1, 10, 6)
     ft, dvt, dfn = regularized_friction(vt, fn, 0.7, vs)
-    for j in range(2):
-        e = np.zeros(2)
-        e[j] = eps
-        fd = (regularized_friction(vt + e, fn, 0.7, vs)[0] - regularized_friction(vt - e, fn, 0.7, vs)[0]) / (2 * eps)
-        np.testing.assert_allclose(dvt[:, :, j], fd, rtol=1e-5, atol=1e-7)
+    # one shared 2-D slip perturbation for every contact: ∂f_t/∂v_t per contact, (6, 2, 2)
+    check_derivatives(lambda dv: regularized_friction(vt + dv, fn, 0.7, vs)[0], np.zeros(2), dvt, eps=eps,
+                      rtol=1e-5, atol=1e-7, name="friction dvt")
     np.testing.assert_allclose(dfn, ft / fn[:, None], rtol=1e-12)
     # friction opposes sliding and stays inside the cone
     assert np.all(np.sum(ft * vt, axis=1) < 0)
@@ -384,13 +383,8 @@ def test_constrained_step_satisfies_linearized_constraints(rng):
     np.testing.assert_allclose(lam, sol[2 * T:], rtol=1e-7, atol=1e-9 * np.abs(sol).max())
     np.testing.assert_allclose(A @ p, -hval, atol=1e-8 * max(1.0, np.abs(hval).max()))
     # the constraint Jacobian matches finite differences of Zᵀτ
-    eps = 1e-6
-    for i in range(2 * T):
-        e = np.zeros(2 * T)
-        e[i] = eps
-        fd = (pr.unactuated_forces(pr.trajectory(pr.retract(q, e)).tau)
-              - pr.unactuated_forces(pr.trajectory(pr.retract(q, -e)).tau)) / (2 * eps)
-        np.testing.assert_allclose(A[:, i], fd, rtol=1e-4, atol=1e-4 * np.abs(A).max())
+    check_derivatives(lambda qq: pr.unactuated_forces(pr.trajectory(qq).tau), q, A, eps=1e-6,
+                      rtol=1e-4, atol=1e-4 * np.abs(A).max(), retract=pr.retract, name="Z^T tau")
     with pytest.raises(ParameterError):
         SolverOptions(underactuation="lagrange")
 
@@ -553,14 +547,12 @@ def test_contact_batch_matches_contact_model(name, rng):
 
 def _central_dq(m, cb, q, v, eps=1e-6):
     """Central differences of CompliantContactBatch forces w.r.t. tangent perturbations, (K, nv, nv)."""
-    out = np.empty((q.shape[0], m.nv, m.nv))
-    for i in range(m.nv):
-        qp, qm = q.copy(), q.copy()
-        for k in range(q.shape[0]):
-            mujoco.mj_integratePos(m, qp[k], np.eye(m.nv)[i] * eps, 1.0)
-            mujoco.mj_integratePos(m, qm[k], -np.eye(m.nv)[i] * eps, 1.0)
-        out[:, :, i] = (cb.forces(qp, v).F - cb.forces(qm, v).F) / (2 * eps)
-    return out
+    def retract(qq, dq):  # the same tangent perturbation of every configuration
+        for k in range(qq.shape[0]):
+            mujoco.mj_integratePos(m, qq[k], dq, 1.0)
+        return qq
+
+    return finite_difference_jacobian(lambda qq: cb.forces(qq, v).F, q, eps=eps, retract=retract, dim=m.nv)
 
 
 def test_analytic_contact_position_derivative(rng):

@@ -37,6 +37,7 @@ from contactopt.solvers import (
     increase_regularization,
     solve_box_qp,
 )
+from contactopt.testing import check_derivatives
 
 # A small model with every state part: a hinge pendulum, a ball joint, a slide and an
 # actuator with activation dynamics (na = 1), plus a contact with the floor.
@@ -101,21 +102,10 @@ def test_transition_derivatives_match_our_central_differences(small_model, rng):
     eps = 1e-6
     for i in range(T):
         x_next = dyn.step(X[i], U[i])
-        fd_A = np.empty_like(A[i])
-        for j in range(dyn.ndx):
-            e = np.zeros(dyn.ndx)
-            e[j] = eps
-            xp = dyn.step(dyn.state_integrate(X[i], e), U[i])
-            xm = dyn.step(dyn.state_integrate(X[i], -e), U[i])
-            fd_A[:, j] = (dyn.state_difference(x_next, xp) - dyn.state_difference(x_next, xm)) / (2 * eps)
-        fd_B = np.empty_like(B[i])
-        for j in range(dyn.nu):
-            e = np.zeros(dyn.nu)
-            e[j] = eps
-            fd_B[:, j] = (dyn.state_difference(x_next, dyn.step(X[i], U[i] + e))
-                          - dyn.state_difference(x_next, dyn.step(X[i], U[i] - e))) / (2 * eps)
-        np.testing.assert_allclose(A[i], fd_A, atol=2e-5, rtol=1e-4)
-        np.testing.assert_allclose(B[i], fd_B, atol=2e-5, rtol=1e-4)
+        check_derivatives(lambda x, i=i, x_next=x_next: dyn.state_difference(x_next, dyn.step(x, U[i])), X[i], A[i],
+                          eps=eps, rtol=1e-4, atol=2e-5, retract=dyn.state_integrate, name=f"A[{i}]")
+        check_derivatives(lambda u, i=i, x_next=x_next: dyn.state_difference(x_next, dyn.step(X[i], u)), U[i], B[i],
+                          eps=eps, rtol=1e-4, atol=2e-5, name=f"B[{i}]")
         assert np.abs(A[i]).max() > 0.5 and np.abs(B[i]).max() > 1e-3   # not trivially zero
 
 

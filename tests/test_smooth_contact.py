@@ -7,6 +7,7 @@ import pytest
 import contactopt
 from contactopt import ParameterError, ShapeError
 from contactopt.contact.smooth import SmoothContactDynamics, SmoothContactModel, smax, smin
+from contactopt.testing import finite_difference_jacobian
 
 G = 9.81
 R_BALL = 0.1
@@ -219,13 +220,7 @@ def _fd_jacobian(dyn, model, q, v, eps):
         qq[:3] = x[:3]
         q1, v1, _ = dyn.step(qq, x[3:], np.zeros(model.nu))
         return np.concatenate([q1[:3], v1])
-    x0 = np.concatenate([q[:3], v])
-    cols = []
-    for i in range(x0.size):
-        e = np.zeros_like(x0)
-        e[i] = eps
-        cols.append((f(x0 + e) - f(x0 - e)) / (2 * eps))
-    return np.stack(cols, axis=1)
+    return finite_difference_jacobian(f, np.concatenate([q[:3], v]), eps=eps)
 
 
 def test_step_is_smooth_across_contact_onset():
