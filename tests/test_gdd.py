@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import mujoco
@@ -21,10 +22,10 @@ from contactopt.solvers.gdd import (
     EndEffectorAcceleration,
     GDDSettings,
     GDDSolver,
+    GDDStatus,
     MinimumJerk,
     PostureTarget,
     SpringDamper,
-    Status,
     gdd_step,
 )
 from contactopt.solvers.gdd import _kernels as K
@@ -285,7 +286,7 @@ def test_fully_actuated_end_effector_closed_form_eq12(moving, rng):
     ee = EndEffectorAcceleration(m, site="tip", target=a_star, weight=1.0)
     solver = GDDSolver(m)
     res = solver.solve(d, Cost(ee))
-    assert res.status == Status.CONVERGED
+    assert res.status == GDDStatus.CONVERGED
     problem = solver.problem(d)
     M, c = problem.M, problem.c
     jac = np.zeros((3, m.nv))
@@ -307,7 +308,7 @@ def test_standing_humanoid_reach_is_physical_and_stationary():
     cost, goal, sid = reach_cost(m, d)
     solver = GDDSolver(m)
     res = solver.solve(d, cost)
-    assert res.status == Status.CONVERGED
+    assert res.status == GDDStatus.CONVERGED
     assert res.nefc > 0 and res.ncon >= 2
     assert res.residual_gradient <= 1e-6
     # no force on the unactuated (root) directions
@@ -349,7 +350,7 @@ def test_box_constraints_are_respected_at_convergence():
                 Damping(0.1, 5.0))
     solver = GDDSolver(m)
     res = solver.solve(d, cost)
-    assert res.status == Status.CONVERGED
+    assert res.status == GDDStatus.CONVERGED
     act = solver.problem(d).actuation
     w = res.actuator_force
     span = act.force_hi - act.force_lo
@@ -377,7 +378,7 @@ def test_general_actuation_tendon_gear_and_position_servo(mixed_model):
     cost = Cost(EndEffectorAcceleration(m, site="tip", target=[0.0, 0.0, 1.0], weight=10.0),
                 AccelerationTarget(m, np.zeros(m.nv), metric="identity", weight=0.01))
     res = solver.solve(d, cost)
-    assert res.status == Status.CONVERGED
+    assert res.status == GDDStatus.CONVERGED
     assert np.abs(res.unactuated_force).max() <= 1e-8
     solver.forward(d, res)
     assert res.physics_violation <= 1e-8
@@ -393,7 +394,7 @@ def test_exact_line_search_matches_one_dimensional_search(make, site, offset, w)
     cost, _, _ = reach_cost(m, d, site=site, offset=offset, w_ee=w, w_post=w / 5)
     exact = GDDSolver(m).solve(d, cost)
     brute = GDDSolver(m, line_search="newton1d").solve(d, cost)
-    assert exact.status == Status.CONVERGED
+    assert exact.status == GDDStatus.CONVERGED
     assert np.allclose(exact.qacc, brute.qacc, rtol=1e-8, atol=1e-8)
 
 
@@ -402,7 +403,7 @@ def test_first_order_dual_updates_reach_the_same_solution():
     cost, _, _ = reach_cost(m, d)
     newton = GDDSolver(m).solve(d, cost)
     first = GDDSolver(m, dual_update="first_order", max_dual_updates=50, max_iterations=200).solve(d, cost)
-    assert first.status == Status.CONVERGED
+    assert first.status == GDDStatus.CONVERGED
     assert first.dual_updates >= newton.dual_updates
     assert np.allclose(first.qacc, newton.qacc, atol=1e-7)
 
@@ -412,7 +413,7 @@ def test_elliptic_cones_use_the_fallback_search_and_stay_physical():
     cost, _, _ = reach_cost(m, d)
     solver = GDDSolver(m)
     res = solver.solve(d, cost)
-    assert res.status == Status.CONVERGED
+    assert res.status == GDDStatus.CONVERGED
     assert res.breakpoints == 0  # no piecewise-quadratic sweep with elliptic cones
     assert np.abs(res.unactuated_force).max() <= 1e-8
     solver.forward(d, res)
@@ -592,7 +593,7 @@ def test_humanoid_reaches_for_a_goal_while_standing():
     assert d.qpos[2] > 0.9  # still standing, pelvis upright
     assert d.xmat[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "pelvis")][8] > 0.95
     status = np.array([r.status for r in results])
-    assert np.mean(status == Status.CONVERGED) >= 0.95
+    assert np.mean(status == GDDStatus.CONVERGED) >= 0.95
     iters = np.array([r.iterations for r in results])
     assert np.median(iters) <= 5
     viol = np.array([r.physics_violation for r in results])
@@ -687,8 +688,13 @@ def test_result_log_and_warm_start():
     cost, _, _ = reach_cost(m, d)
     solver = GDDSolver(m)
     first = solver.solve(d, cost)
-    assert len(first.log) == first.iterations >= 1
+    assert len(first.log) == first.iterations >= 1 and isinstance(first.log, tuple)
     assert first.log[0].factored and first.log[0].alpha > 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.log[0].alpha = 0.0
+    t = first.timing()   # the keys shared by the three solvers
+    assert set(t) == {"derivatives", "solve", "line_search", "total"}
+    assert t["solve"] == t["total"] == first.solve_time > 0 and t["derivatives"] == t["line_search"] == 0
     again = solver.solve(d, cost)  # warm start from the solution of the same state
     assert again.iterations <= 1 and again.dual_updates <= 1
     assert np.allclose(again.qacc, first.qacc, atol=1e-9)
@@ -696,6 +702,20 @@ def test_result_log_and_warm_start():
     cold = solver.solve(d, cost)
     assert np.allclose(cold.qacc, first.qacc, atol=1e-8)
     assert K.ST_NSTAT == len(solver._stats)
+
+
+def test_planner_reports_the_shared_breakdown_and_status_name():
+    from contactopt.mpc.gdd_planner import GDDPlanner
+    from contactopt.mpc.runner import BREAKDOWN_KEYS
+
+    m, d = humanoid_standing()
+    cost, _, _ = reach_cost(m, d)
+    planner = GDDPlanner(m, cost)
+    upd = planner.reset(0.0, np.concatenate([d.qpos, d.qvel, d.act]))
+    assert upd.policy is not None
+    assert set(upd.breakdown) == set(BREAKDOWN_KEYS) == {"derivatives", "solve", "line_search"}
+    assert upd.breakdown["solve"] == planner.result.solve_time
+    assert upd.message == planner.result.status.name
 
 
 def test_spring_damper_fast_path_matches_generic_targets():
@@ -854,7 +874,7 @@ def test_outputs_after_an_incremental_evaluation_match_mj_inverse(make):
         d.qpos[:] = q0
         d.qvel[:] = rng.normal(scale=0.3, size=m.nv)
         res = solver.solve(d, cost)  # (a hard sequence: one solve of the humanoid stalls at 2e-5 N)
-        assert res.status in (Status.CONVERGED, Status.STALLED)
+        assert res.status in (GDDStatus.CONVERGED, GDDStatus.STALLED)
         stepped += bool(res.log) and res.log[-1].breakpoints == 0  # the last step: no breakpoint
         d.qacc[:] = res.qacc
         mujoco.mj_inverse(m, d)  # stages as in the solve: the same rows
@@ -1016,7 +1036,7 @@ def test_safeguard_restarts_a_failed_solve_from_the_free_acceleration():
     off = GDDSolver(m, warm_start=False, safeguard=False, max_iterations=2).solve(d, cost, initial_qacc=guess)
     on = GDDSolver(m, warm_start=False, max_iterations=2).solve(d, cost, initial_qacc=guess)
     assert off.safeguards == 0 and on.safeguards == 1
-    assert on.status == Status.MAX_ITERATIONS and on.iterations <= 2
+    assert on.status == GDDStatus.MAX_ITERATIONS and on.iterations <= 2
     assert np.isfinite(on.qacc).all() and np.isfinite(on.ctrl).all()
     full = GDDSolver(m, warm_start=False).solve(d, cost, initial_qacc=guess)
     assert full.converged

@@ -1,6 +1,7 @@
 """Tests of the IDTO core: compliant contact, problem (residuals, Jacobians) and the trust-region solver."""
 
 import copy
+import dataclasses
 import math
 
 import mujoco
@@ -21,9 +22,9 @@ from contactopt.model import integrate_position, load_model
 from contactopt.solvers.idto import (
     BandedHessian,
     IDTOProblem,
+    IDTOSettings,
     IDTOSolver,
-    SolverOptions,
-    SolverStatus,
+    IDTOStatus,
     gauss_newton_system,
 )
 
@@ -238,9 +239,9 @@ def test_acrobot_reaches_target_monotonically():
     target = np.array([0.4, -0.3])
     pr = IDTOProblem(m, T, h, np.zeros(2), q_nom=target, Qq=0.1, Qv=0.01, R=0.01, Qf_q=100.0, Qf_v=10.0,
                      unactuated_penalty=100.0)
-    solver = IDTOSolver(pr, SolverOptions(max_iterations=60))
+    solver = IDTOSolver(pr, IDTOSettings(max_iterations=60))
     res = solver.solve(np.zeros((T + 1, 2)))
-    assert res.status is SolverStatus.CONVERGED, res.status
+    assert res.status is IDTOStatus.CONVERGED, res.status
     costs = [it.cost for it in res.log if it.accepted] + [res.cost]
     assert all(b <= a for a, b in zip(costs, costs[1:]))
     assert res.cost < 0.05 * res.log[0].cost
@@ -251,9 +252,19 @@ def test_acrobot_reaches_target_monotonically():
     # log carries the breakdown
     it = res.log[0]
     assert set(it.times) >= {"residual", "jacobian", "assemble", "factor", "trial"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        it.cost = 0.0                                   # frozen records in a tuple, frozen result
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.status = IDTOStatus.MAX_ITERATIONS
+    assert isinstance(res.log, tuple) and res.iterations == len(res.log)
+    # timings with the keys shared by the three solvers
+    t = res.timing()
+    assert set(t) == {"derivatives", "solve", "line_search", "total"}
+    assert t["derivatives"] > 0 and t["solve"] > 0 and t["line_search"] > 0
+    assert t["total"] >= t["derivatives"] + t["solve"] + t["line_search"] - 1e-9
     assert it.radius == pytest.approx(0.1)
     # warm start: one iteration from the solution keeps the radius and does not increase the cost
-    r2 = solver.warm_start(res.q)
+    r2 = solver.solve_from_warm_start(res.q)
     assert r2.iterations == 1 and r2.log[0].radius == res.trust_radius
     assert r2.cost <= res.cost + 1e-12
 
@@ -261,8 +272,8 @@ def test_acrobot_reaches_target_monotonically():
 @pytest.mark.slow
 def test_hopper_moves_forward_with_contact():
     m, pr = _hopper_problem(T=20)
-    res = IDTOSolver(pr, SolverOptions(max_iterations=60)).solve(np.tile(pr.q_init, (21, 1)))
-    assert res.status is SolverStatus.CONVERGED
+    res = IDTOSolver(pr, IDTOSettings(max_iterations=60)).solve(np.tile(pr.q_init, (21, 1)))
+    assert res.status is IDTOStatus.CONVERGED
     costs = [it.cost for it in res.log if it.accepted] + [res.cost]
     assert all(b <= a for a, b in zip(costs, costs[1:]))
     assert res.cost < 1e-4 * res.log[0].cost
@@ -313,9 +324,9 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ParameterError, match="different MjModel"):
         IDTOProblem(m, 5, 0.05, np.zeros(2), contact=CompliantContactModel(load_model("acrobot")))
     with pytest.raises(ParameterError):
-        SolverOptions(initial_radius=0)
+        IDTOSettings(initial_radius=0)
     with pytest.raises(ParameterError):
-        SolverOptions(scaling="cubic")
+        IDTOSettings(scaling="cubic")
 
 
 # --------------------------------------------------------------------------- equality-constrained underactuation
@@ -329,10 +340,10 @@ def test_constrained_underactuation_drives_violation_to_zero():
     for mode in ("penalty", "constrained"):
         pr = IDTOProblem(m, T, h, np.zeros(2), q_nom=target, Qq=0.1, Qv=0.01, R=0.01, Qf_q=100.0, Qf_v=10.0,
                          unactuated_penalty=100.0)
-        solver = IDTOSolver(pr, SolverOptions(max_iterations=80, underactuation=mode))
+        solver = IDTOSolver(pr, IDTOSettings(max_iterations=80, underactuation=mode))
         assert solver.constrained == (mode == "constrained")
         res = solver.solve(np.zeros((T + 1, 2)))
-        assert res.status is SolverStatus.CONVERGED, (mode, res.status)
+        assert res.status is IDTOStatus.CONVERGED, (mode, res.status)
         results[mode] = (pr, res)
     pr_p, res_p = results["penalty"]
     pr_c, res_c = results["constrained"]
@@ -359,7 +370,7 @@ def test_constrained_step_satisfies_linearized_constraints(rng):
     T = 5
     pr = IDTOProblem(m, T, 0.05, np.zeros(2), q_nom=np.array([0.3, 0.2]), Qq=1.0, Qv=0.1, R=0.1, Qf_q=10.0,
                      unactuated_penalty=10.0)
-    solver = IDTOSolver(pr, SolverOptions(underactuation="constrained", scaling="none"))
+    solver = IDTOSolver(pr, IDTOSettings(underactuation="constrained", scaling="none"))
     q = np.vstack([np.zeros(2), rng.normal(scale=0.1, size=(T, 2))])
     lin = solver._cost_rows(pr.linearize(q))
     assert lin.Jtau.shape[2] == pr.nv  # penalty rows dropped
@@ -386,7 +397,7 @@ def test_constrained_step_satisfies_linearized_constraints(rng):
     check_derivatives(lambda qq: pr.unactuated_forces(pr.trajectory(qq).tau), q, A, eps=1e-6,
                       rtol=1e-4, atol=1e-4 * np.abs(A).max(), retract=pr.retract, name="Z^T tau")
     with pytest.raises(ParameterError):
-        SolverOptions(underactuation="lagrange")
+        IDTOSettings(underactuation="lagrange")
 
 
 # --------------------------------------------------------------------------- inverse-dynamics backends
@@ -451,7 +462,7 @@ def test_solver_lowers_cost_with_each_backend(backend):
         kw["contact"] = CompliantContactModel(m, ContactParameters(stiffness=800, smoothing=0.01, friction=1.0))
     pr = IDTOProblem(m, T, 0.02, q0, backend=backend, **kw)
     assert pr.backend == backend
-    res = IDTOSolver(pr, SolverOptions(max_iterations=8)).solve(np.tile(q0, (T + 1, 1)))
+    res = IDTOSolver(pr, IDTOSettings(max_iterations=8)).solve(np.tile(q0, (T + 1, 1)))
     costs = [it.cost for it in res.log if it.accepted] + [res.cost]
     assert all(b <= a + 1e-12 for a, b in zip(costs, costs[1:]))
     assert res.cost < 0.5 * res.log[0].cost
@@ -470,9 +481,9 @@ def test_backend_validation():
 
 def test_constrained_hopper_with_contact():
     m, pr = _hopper_problem(T=20)
-    res = IDTOSolver(pr, SolverOptions(max_iterations=100, underactuation="constrained")).solve(
+    res = IDTOSolver(pr, IDTOSettings(max_iterations=100, underactuation="constrained")).solve(
         np.tile(pr.q_init, (21, 1)))
-    assert res.status is SolverStatus.CONVERGED, res.status
+    assert res.status is IDTOStatus.CONVERGED, res.status
     assert pr.unactuated_violation(res.tau) < 1e-6  # 3 unactuated directions (the floating base)
     assert res.q[-1, 0] > 0.2
     assert np.abs(res.contact).max() > 10
@@ -675,12 +686,12 @@ def test_contact_derivatives_option_validation_and_solver():
     with pytest.raises(ParameterError, match="contact_derivatives"):
         _hopper_problem(T=3, contact_derivatives="exact")
     assert _hopper_problem(T=3)[1].contact_derivatives == "auto"
-    res = IDTOSolver(pr, SolverOptions(max_iterations=15)).solve(np.tile(pr.q_init, (9, 1)))
+    res = IDTOSolver(pr, IDTOSettings(max_iterations=15)).solve(np.tile(pr.q_init, (9, 1)))
     costs = [it.cost for it in res.log if it.accepted] + [res.cost]
     assert all(b <= a + 1e-12 for a, b in zip(costs, costs[1:]))
     assert res.cost < 0.5 * res.log[0].cost
     # the BLAS thread limiter changes nothing in the result
-    res2 = IDTOSolver(pr, SolverOptions(max_iterations=15, single_thread_blas=False)).solve(np.tile(pr.q_init, (9, 1)))
+    res2 = IDTOSolver(pr, IDTOSettings(max_iterations=15, single_thread_blas=False)).solve(np.tile(pr.q_init, (9, 1)))
     np.testing.assert_allclose(res2.q, res.q, rtol=1e-9, atol=1e-12)
 
 

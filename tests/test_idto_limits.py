@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from contactopt.errors import ParameterError
-from contactopt.solvers.idto import IDTOProblem, IDTOSolver, SolverOptions
+from contactopt.solvers.idto import IDTOProblem, IDTOSolver, IDTOSettings
 from contactopt.model import load_model
 
 from conftest import dense_fd_jacobian
@@ -109,7 +109,7 @@ def test_zero_weight_is_exactly_the_problem_without_limits():
         np.testing.assert_array_equal(a.Jq, b.Jq)
         np.testing.assert_array_equal(a.Jv, b.Jv)
     # the default solve is unchanged too
-    opts = SolverOptions(max_iterations=5, convergence=None)
+    opts = IDTOSettings(max_iterations=5, convergence=None)
     r1 = IDTOSolver(_problem(m, T, actuator_limit_weight=0.0), opts).solve(q)
     r0 = IDTOSolver(ref, opts).solve(q)
     np.testing.assert_array_equal(r1.q, r0.q)
@@ -125,7 +125,7 @@ def test_constrained_mode_keeps_limit_rows(penalize):
     tr = pr.trajectory(q)
     excess = pr.actuator_limit_excess(tr.tau)
     assert np.abs(excess).max() > 0.1
-    solver = IDTOSolver(pr, SolverOptions(underactuation="constrained"))
+    solver = IDTOSolver(pr, IDTOSettings(underactuation="constrained"))
     lin = solver._cost_rows(pr.linearize(q))
     assert lin.Jtau.shape[2] == pr.nv + 1  # R rows + the elbow's limit row, no penalty rows
     full = pr.linearize(q)
@@ -137,7 +137,7 @@ def test_constrained_mode_keeps_limit_rows(penalize):
     assert cost == pytest.approx(pr.cost(q) - penalty, rel=1e-12)
     assert 0.5 * lin.r @ lin.r == pytest.approx(cost, rel=1e-12)
     no_lim = _problem(m, T, h, unactuated_penalty=wu, penalize_unactuated=penalize)
-    cost0, _ = IDTOSolver(no_lim, SolverOptions(underactuation="constrained"))._evaluate(q)
+    cost0, _ = IDTOSolver(no_lim, IDTOSettings(underactuation="constrained"))._evaluate(q)
     assert cost == pytest.approx(cost0 + h * w * np.sum(excess ** 2), rel=1e-12)
     np.testing.assert_array_equal(hval, pr.unactuated_forces(tr.tau))
     # and a constrained solve runs on it (finite, cost decreases)
@@ -171,7 +171,7 @@ def _swing_up(w):
                      Qf_q=100.0, Qf_v=10.0, unactuated_penalty=100.0, actuator_limit_weight=w)
     q0 = np.zeros((T + 1, 2))
     q0[:, 0] = np.linspace(0.0, 0.3, T + 1)
-    res = IDTOSolver(pr, SolverOptions(max_iterations=100)).solve(q0)
+    res = IDTOSolver(pr, IDTOSettings(max_iterations=100)).solve(q0)
     return pr, res, pr.actuator_forces(res.tau)[:, 0]
 
 

@@ -1,5 +1,6 @@
 """IDTO contact-implicit MPC: spline + PD policy, warm-start shifting, failed updates, a closed loop."""
 
+import dataclasses
 import math
 
 import mujoco
@@ -14,7 +15,7 @@ from contactopt.mpc.idto_planner import (
     feedforward_controls,
     resample_trajectory,
 )
-from contactopt.solvers.idto import IDTOProblem, SolverResult, SolverStatus
+from contactopt.solvers.idto import IDTOProblem, IDTOResult, IDTOStatus
 
 
 def _random_plan(rng, m, T=6):
@@ -86,14 +87,14 @@ def test_warm_start_shift_keeps_measured_q_and_trust_radius():
     np.testing.assert_array_equal(guess[0], x1[:2])
     np.testing.assert_allclose(guess[1], resample_trajectory(m, old, 0.0, 0.05, 0.12)[1])
     calls = {}
-    orig = pl.solver.warm_start
+    orig = pl.solver.solve_from_warm_start
 
     def spy(q_guess, **kw):
         calls["q0"] = q_guess[0].copy()
         calls["radius"] = pl.solver.trust_radius
         return orig(q_guess, **kw)
 
-    pl.solver.warm_start = spy
+    pl.solver.solve_from_warm_start = spy
     upd = pl.update(0.12, x1)
     assert upd.policy is not None and upd.iterations == 1
     np.testing.assert_array_equal(calls["q0"], x1[:2])
@@ -101,7 +102,8 @@ def test_warm_start_shift_keeps_measured_q_and_trust_radius():
     np.testing.assert_array_equal(pl.result.q[0], x1[:2])
     np.testing.assert_array_equal(pl.problem.v_init, x1[2:])
     assert pl.t_plan == 0.12
-    assert set(upd.breakdown) == {"derivatives", "factorization", "rest"}
+    assert set(upd.breakdown) == {"derivatives", "solve", "line_search"}
+    assert upd.message == pl.result.status.name
 
 
 def test_failed_update_keeps_the_old_plan():
@@ -113,28 +115,28 @@ def test_failed_update_keeps_the_old_plan():
     def broken(q_guess, **kw):
         q = np.array(q_guess, dtype=float)
         q[1:] = np.nan
-        return SolverResult(q, np.full((q.shape[0], 2), np.nan), np.zeros((q.shape[0] - 1, 2)),
-                            np.zeros((q.shape[0] - 1, 2)), math.nan, SolverStatus.MAX_ITERATIONS, 1, [], 0.1, 0.0)
+        return IDTOResult(q, np.full((q.shape[0], 2), np.nan), np.zeros((q.shape[0] - 1, 2)),
+                            np.zeros((q.shape[0] - 1, 2)), math.nan, IDTOStatus.MAX_ITERATIONS, 1, (), 0.1, 0.0)
 
-    pl.solver.warm_start = broken
+    pl.solver.solve_from_warm_start = broken
     upd = pl.update(0.05, x)
     assert isinstance(upd, PlannerUpdate) and upd.policy is None and "finite" in upd.message
     assert pl.result is good and pl.t_plan == t_good and pl.policy is first.policy
 
     def factor_failed(q_guess, **kw):
-        return SolverResult(np.asarray(q_guess), np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1.0,
-                            SolverStatus.FACTORIZATION_FAILED, 1, [], 0.1, 0.0)
+        return IDTOResult(np.asarray(q_guess), np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1.0,
+                            IDTOStatus.FACTORIZATION_FAILED, 1, (), 0.1, 0.0)
 
-    pl.solver.warm_start = factor_failed
+    pl.solver.solve_from_warm_start = factor_failed
     upd = pl.update(0.05, x)
-    assert upd.policy is None and "factorization" in upd.message and pl.result is good
+    assert upd.policy is None and "FACTORIZATION_FAILED" in upd.message and pl.result is good
 
     def diverged(q_guess, **kw):
         q = np.asarray(q_guess)
-        return SolverResult(q, np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1e9 * (good.cost + 1),
-                            SolverStatus.MAX_ITERATIONS, 1, [], 0.1, 0.0)
+        return IDTOResult(q, np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1e9 * (good.cost + 1),
+                            IDTOStatus.MAX_ITERATIONS, 1, (), 0.1, 0.0)
 
-    pl.solver.warm_start = diverged
+    pl.solver.solve_from_warm_start = diverged
     pl.divergence_factor = 1e3
     upd = pl.update(0.05, x)
     assert upd.policy is None and "diverged" in upd.message and pl.result is good
@@ -143,7 +145,7 @@ def test_failed_update_keeps_the_old_plan():
     def raises(q_guess, **kw):
         raise FloatingPointError("overflow")
 
-    pl.solver.warm_start = raises
+    pl.solver.solve_from_warm_start = raises
     upd = pl.update(0.05, x)
     assert upd.policy is None and "overflow" in upd.message and pl.result is good
 
@@ -151,32 +153,30 @@ def test_failed_update_keeps_the_old_plan():
 def test_updates_restart_from_restart_radius_after_a_collapse_or_failure():
     """A converged first plan ends with a collapsed radius; the updates restart from
     ``restart_radius``, not from the cold solve's Δ_0."""
-    from contactopt.solvers.idto import SolverOptions
-    m, pl = _acrobot_planner(options=SolverOptions(convergence=None, initial_radius=10.0),
+    from contactopt.solvers.idto import IDTOSettings
+    m, pl = _acrobot_planner(options=IDTOSettings(convergence=None, initial_radius=10.0),
                              restart_radius=0.05)
     x = np.zeros(4)
-    real = pl.solver.warm_start
+    real = pl.solver.solve_from_warm_start
     pl.reset(0.0, x)
 
     def collapsed(q_guess, **kw):
-        res = real(q_guess, **kw)
-        res.status = SolverStatus.TRUST_REGION_COLLAPSED
-        return res
+        return dataclasses.replace(real(q_guess, **kw), status=IDTOStatus.TRUST_REGION_COLLAPSED)
 
-    pl.solver.warm_start = collapsed
+    pl.solver.solve_from_warm_start = collapsed
     assert pl.update(0.05, x).policy is not None  # the plan is kept, the radius restarts
     assert pl.solver.trust_radius == 0.05
     pl.solver.trust_radius = 3.0
 
     def failed(q_guess, **kw):
-        return SolverResult(np.asarray(q_guess), np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1.0,
-                            SolverStatus.FACTORIZATION_FAILED, 1, [], 3.0, 0.0)
+        return IDTOResult(np.asarray(q_guess), np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1.0,
+                            IDTOStatus.FACTORIZATION_FAILED, 1, (), 3.0, 0.0)
 
-    pl.solver.warm_start = failed
+    pl.solver.solve_from_warm_start = failed
     assert pl.update(0.1, x).policy is None
     assert pl.solver.trust_radius == 0.05
     # default: the solver's own Δ_0
-    assert _acrobot_planner()[1].restart_radius == SolverOptions().initial_radius
+    assert _acrobot_planner()[1].restart_radius == IDTOSettings().initial_radius
 
 
 def test_planner_rejects_bad_arguments():
@@ -247,7 +247,8 @@ def test_acrobot_idto_mpc_balances_near_upright():
     acrobot falls within ~1.5 s, so this fails if the plans or the replanning are wrong."""
     import dataclasses
 
-    from contactopt.tasks.idto_tasks import ACROBOT, run_idto_task
+    from contactopt.tasks.acrobot import ACROBOT_IDTO as ACROBOT
+    from contactopt.tasks.idto_tasks import run_idto_task
 
     def near_upright(model, data, rng):
         data.qpos[:] = np.array([math.pi, 0.0]) + rng.uniform(-0.05, 0.05, 2)
@@ -275,8 +276,9 @@ def test_acrobot_idto_mpc_swings_the_tip_up():
     Whether it then *balances* is chaotic: seed 1 succeeds, but a 1e-9 perturbation of its
     start flips it (and makes seed 2 succeed instead), so a success assertion would be a
     roundoff test.  Reaching high held for every perturbed start tried (6 of 6, seeds 1 and 2);
-    success rates are measured over seeds instead (module docstring of ``idto_tasks``)."""
-    from contactopt.tasks.idto_tasks import ACROBOT, run_idto_task
+    success rates are measured over seeds instead (docs/experiments/acrobot-idto.md)."""
+    from contactopt.tasks.acrobot import ACROBOT_IDTO as ACROBOT
+    from contactopt.tasks.idto_tasks import run_idto_task
 
     for seed in (1, 2):
         res, plant, x0 = run_idto_task(ACROBOT, seconds=10.0, seed=seed)

@@ -30,8 +30,8 @@ from contactopt.solvers import (
     BoxQPStatus,
     ILQGResult,
     ILQGSettings,
+    ILQGStatus,
     Regularization,
-    Status,
     ValueUpdate,
     decrease_regularization,
     increase_regularization,
@@ -292,14 +292,14 @@ def test_linear_quadratic_problem_is_solved_in_one_iteration(settings, rng):
     for i in range(T):
         U.append(K[i] @ x)
         x = A[i] @ x + B[i] @ U[-1]
-    assert res.status is Status.CONVERGED
-    assert res.iterations[0].accepted and res.iterations[0].alpha == 1.0
-    assert sum(log.accepted for log in res.iterations) == 1      # one step reached the optimum
+    assert res.status is ILQGStatus.CONVERGED
+    assert res.log[0].accepted and res.log[0].alpha == 1.0
+    assert sum(log.accepted for log in res.log) == 1      # one step reached the optimum
     np.testing.assert_allclose(res.U, np.array(U), atol=1e-9)
     np.testing.assert_allclose(res.K, K, atol=1e-9)
     np.testing.assert_allclose(res.k, 0.0, atol=1e-9)
     # the expected reduction of the step was exact for a quadratic problem
-    log = res.iterations[0]
+    log = res.log[0]
     assert log.cost - log.new_cost == pytest.approx(log.expected_reduction, rel=1e-9)
 
 
@@ -330,7 +330,7 @@ def test_improved_value_update_predicts_the_reduction_exactly(regularization, rn
     for update in ("improved", "standard"):
         settings = ILQGSettings(mu_init=0.5, max_iterations=1, regularization=regularization,
                                 value_update=update)
-        log = ILQG(dyn, cost, settings).solve(x0, np.zeros((T, m))).iterations[0]
+        log = ILQG(dyn, cost, settings).solve(x0, np.zeros((T, m))).log[0]
         assert log.accepted and log.alpha == 1.0 and log.mu == 0.5
         errors[update] = abs((log.cost - log.new_cost) / log.expected_reduction - 1.0)
     assert errors["improved"] < 1e-9
@@ -385,7 +385,7 @@ def test_non_positive_definite_quu_restarts_the_backward_pass(settings, rng):
     A, B, Q, R, Qf, x0 = linear_problem(rng, n=3, m=2, T=15)
     dyn = LinearDynamics(A, B, control_lower=[-1, -1], control_upper=[1, 1])
     res = ILQG(dyn, _ConcaveControlCost(Q, Qf, 2, weight=0.05), settings).solve(x0, np.zeros((15, 2)))
-    first = res.iterations[0]
+    first = res.log[0]
     assert first.backward_restarts > 0 and first.mu > 0
     assert res.ok and res.cost < res.initial_cost
     assert np.all(np.abs(res.U) <= 1.0)
@@ -396,11 +396,11 @@ def test_time_limit_and_iteration_override(rng):
     T, m = B.shape[0], B.shape[2]
     solver = ILQG(LinearDynamics(A, B), LinearQuadraticCost(Q, R, Qf), ILQGSettings(time_limit=1e-9))
     res = solver.solve(x0, np.zeros((T, m)))
-    assert res.status is Status.TIME_LIMIT and len(res.iterations) == 0 and res.ok
+    assert res.status is ILQGStatus.TIME_LIMIT and res.iterations == 0 and res.log == () and res.ok
     np.testing.assert_allclose(res.U, 0.0)
     solver = ILQG(LinearDynamics(A, B), LinearQuadraticCost(Q, R, Qf), ILQGSettings(mu_init=1.0))
     res = solver.solve(x0, np.zeros((T, m)), max_iterations=1)
-    assert res.status is Status.MAX_ITERATIONS and len(res.iterations) == 1
+    assert res.status is ILQGStatus.MAX_ITERATIONS and res.iterations == 1 and len(res.log) == 1
 
 
 def test_control_limited_lqr_matches_bounded_reference(rng):
@@ -451,19 +451,20 @@ def test_both_variants_converge_on_a_nonlinear_problem(settings):
     model, cost, x0, T, target = acrobot_reach_problem()
     dyn = MujocoDynamics(model, nthread=2)
     res = ILQG(dyn, cost, settings).solve(x0, np.zeros((T, 1)))
-    assert res.status is Status.CONVERGED, res.status
+    assert res.status is ILQGStatus.CONVERGED, res.status
     assert res.cost < 0.05 * res.initial_cost
-    costs = [log.cost for log in res.iterations]
+    costs = [log.cost for log in res.log]
     assert all(b <= a for a, b in zip(costs, costs[1:]))            # monotone decrease
-    assert res.iterations[0].mu > 0 and res.mu == 0.0               # μ was active, then released
+    assert res.log[0].mu > 0 and res.mu == 0.0               # μ was active, then released
     np.testing.assert_allclose(res.X[-1, :2], target, atol=0.05)
     assert np.all(np.abs(res.U) <= 5.0)
     # the plan is self-consistent: rolling out U reproduces X
     np.testing.assert_allclose(dyn.rollout(x0, res.U).X, res.X, atol=1e-10)
     assert res.cost == pytest.approx(cost.total(res.X, res.U))
     t = res.timing()
-    assert t["derivatives"] > 0 and t["backward"] > 0 and t["line_search"] > 0
-    assert t["total"] >= t["derivatives"] + t["backward"] + t["line_search"] - 1e-9
+    assert t["derivatives"] > 0 and t["solve"] > 0 and t["line_search"] > 0
+    assert t["total"] >= t["derivatives"] + t["solve"] + t["line_search"] - 1e-9
+    assert res.iterations == len(res.log) and isinstance(res.log, tuple)
 
 
 def test_improved_and_textbook_reach_the_same_optimum():
@@ -486,12 +487,12 @@ def test_warm_start_after_convergence_is_nearly_optimal_after_one_iteration():
     warm = solver.solve_from_warm_start(x_now, first, shift=3, max_iterations=1)
     cold_one = solver.solve(x_now, np.zeros((T, 1)), max_iterations=1)
     cold = solver.solve(x_now, np.zeros((T, 1)))
-    assert warm.ok and len(warm.iterations) == 1
+    assert warm.ok and warm.iterations == 1 == len(warm.log)
     assert warm.initial_cost < 0.1 * cold.initial_cost
     assert warm.cost == pytest.approx(cold.cost, rel=0.01)
     assert cold_one.cost > 2 * cold.cost
     # the warm start continued from the previous regularization state
-    assert warm.iterations[0].mu == first.mu
+    assert warm.log[0].mu == first.mu
 
 
 @pytest.mark.slow
@@ -587,7 +588,7 @@ def test_diverging_planner_reports_status_without_nan_controls():
     dyn = MujocoDynamics(model, nthread=1)
     cost = TrajectoryCost(StageCost(model, [CostTerm(Qvel(model))]))
     res = ILQG(dyn, cost).solve(np.zeros(dyn.nx), np.full((5, 1), 1e9))
-    assert res.status is Status.DIVERGED and not res.ok and not res.converged
+    assert res.status is ILQGStatus.DIVERGED and not res.ok and not res.converged
     assert np.all(np.isfinite(res.U))
     with pytest.raises(ParameterError, match="DIVERGED"):
         ILQG(dyn, cost).solve_from_warm_start(np.zeros(dyn.nx), res)
@@ -614,8 +615,8 @@ def test_result_helpers():
     with pytest.raises(ParameterError, match="step index"):
         res.control(T)
     with pytest.raises(Exception):
-        res.iterations[0].cost = 0.0                  # frozen log records
-    assert res.status in (Status.MAX_ITERATIONS, Status.CONVERGED)
+        res.log[0].cost = 0.0                  # frozen log records
+    assert res.status in (ILQGStatus.MAX_ITERATIONS, ILQGStatus.CONVERGED)
 
 
 # --------------------------------------------------------------------------- compiled kernels
@@ -750,8 +751,8 @@ def test_solve_with_compiled_backward_pass_equals_reference_solve(settings, smal
     assert got1.cost == pytest.approx(ref1.cost, rel=1e-13)
     # later iterations re-linearize by finite differences (eps = 1e-6), which amplifies the
     # 1e-15 differences to ~1e-7 in U; the decisions and the cost stay the same
-    assert [l.alpha for l in got6.iterations] == [l.alpha for l in ref6.iterations]
-    assert [l.backward_restarts for l in got6.iterations] == [l.backward_restarts for l in ref6.iterations]
+    assert [l.alpha for l in got6.log] == [l.alpha for l in ref6.log]
+    assert [l.backward_restarts for l in got6.log] == [l.backward_restarts for l in ref6.log]
     np.testing.assert_allclose(got6.U, ref6.U, rtol=0, atol=1e-5)
     assert got6.cost == pytest.approx(ref6.cost, rel=1e-9)
 
@@ -841,8 +842,8 @@ def test_warm_started_mpc_solves_equal_python_loops_bit_for_bit(small_model, rng
         for name in ("X", "U", "K", "k"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
         assert (a.cost, a.initial_cost, a.status, a.mu, a.delta) == (b.cost, b.initial_cost, b.status, b.mu, b.delta)
-        assert [(l.cost, l.new_cost, l.alpha, l.mu, l.line_search_trials) for l in a.iterations] == \
-               [(l.cost, l.new_cost, l.alpha, l.mu, l.line_search_trials) for l in b.iterations]
+        assert [(l.cost, l.new_cost, l.alpha, l.mu, l.line_search_trials) for l in a.log] == \
+               [(l.cost, l.new_cost, l.alpha, l.mu, l.line_search_trials) for l in b.log]
 
 
 def test_total_from_cost_derivatives_is_exact(small_model, rng):
@@ -885,7 +886,7 @@ def test_background_derivatives_equal_derivatives(small_model, rng):
                                             CostTerm(Qvel(model), Quadratic(), 1.0)]))
     with MujocoDynamics(model, nthread=2) as dyn:
         res = ILQG(dyn, cost, ILQGSettings(time_limit=1e-9)).solve(small_state(model, rng), U)
-        assert res.status is Status.TIME_LIMIT and not res.iterations
+        assert res.status is ILQGStatus.TIME_LIMIT and res.iterations == 0 and not res.log
         assert dyn._pending is None or all(f.done() for f in dyn._pending)
 
 

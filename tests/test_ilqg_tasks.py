@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 
 from contactopt.tasks import available_tasks, ilqg_tasks
-from contactopt.tasks.ilqg_tasks import ACROBOT_SWINGUP, HOPPER_HOP, SWIMMER_REACH, TASKS, AcrobotEnergy
+from contactopt.costs import MechanicalEnergy
+from contactopt.tasks.acrobot import ACROBOT_ILQG as ACROBOT_SWINGUP
+from contactopt.tasks.ilqg_tasks import HOPPER_HOP, SWIMMER_REACH
+
+TASKS = (ACROBOT_SWINGUP, SWIMMER_REACH, HOPPER_HOP)
 from contactopt.tasks.mpc_task import run_ilqg_task
 
 TASK_IDS = [t.name for t in TASKS]
@@ -62,7 +66,7 @@ def test_initial_state_seeded(task):
 
 def test_acrobot_energy_jacobian():
     m = ACROBOT_SWINGUP.planner_model()
-    res = AcrobotEnergy(m, 1.0)
+    res = MechanicalEnergy(m, 1.0)
     x = np.array([0.7, -0.4, 1.1, 0.5])
     d = mujoco.MjData(m)
     d.qpos[:], d.qvel[:] = x[:2], x[2:]

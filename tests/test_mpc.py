@@ -98,6 +98,7 @@ def test_too_many_failures_raise(acrobot):
 def test_sync_runs_are_deterministic_with_ilqg(acrobot):
     from contactopt.costs import Control, CostTerm, Quadratic, Qpos, StageCost, TrajectoryCost
     from contactopt.dynamics import MujocoDynamics
+    from contactopt.solvers import ILQGStatus
 
     planner_model = load_model("acrobot", timestep=0.01)
     cost = TrajectoryCost(StageCost(planner_model, [CostTerm(Qpos(planner_model, [0.5, 0.0]), Quadratic(), 10.0),
@@ -112,6 +113,9 @@ def test_sync_runs_are_deterministic_with_ilqg(acrobot):
 
     a, b = once(), once()
     assert np.array_equal(a.qpos, b.qpos) and np.array_equal(a.ctrl, b.ctrl)
+    # the shared breakdown keys and the status name
+    assert all(set(u.breakdown) == {"derivatives", "solve", "line_search"} for u in a.updates)
+    assert {u.message for u in a.updates} <= {s.name for s in ILQGStatus}
     assert a.qpos[-1, 0] > 0.02  # moving toward the target (passively it stays at 0)
 
 

@@ -282,7 +282,7 @@ def test_cli_set_and_seed_errors():
     assert out.returncode == 1 and "--set horizon: expected a number" in out.stderr
     out = _run_cli("run", str(PENDULUM_TASK), "--seed", "-1")
     assert out.returncode == 1 and "seed must be an integer" in out.stderr and "Traceback" not in out.stderr
-    out = _run_cli("run", "acrobot-swingup", "--seed", "-1")
+    out = _run_cli("run", "acrobot", "--planner", "ilqg", "--seed", "-1")
     assert out.returncode == 1 and "seed must be an integer" in out.stderr
     out = _run_cli("run", str(PENDULUM_TASK), "--set", "help", "--planner", "idto")
     assert out.returncode == 0 and "weight.qpos" in out.stdout and "trust_radius" in out.stdout

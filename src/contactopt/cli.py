@@ -340,14 +340,15 @@ def _print_report(report: dict, as_json: bool) -> None:
         print(f"{key:22s} {value}")
 
 
-def cmd_run_file(args) -> int:
-    """``contactopt run FILE.py``: the ``TASK`` of a Python file with any registered planner."""
+def cmd_run_file(args, task=None, default_planner: str = "ilqg") -> int:
+    """``contactopt run FILE.py``: the ``TASK`` of a Python file (or ``task``) with any registered planner."""
     from .mpc import registry
     from .mpc.task_runner import run_task, save_trajectory
     from .task import load_task_file
 
-    task = load_task_file(args.task)
-    planner = args.planner or "ilqg"
+    if task is None:
+        task = load_task_file(args.task)
+    planner = args.planner or default_planner
     registry.spec(planner)  # an unknown planner name lists the valid ones
     if "help" in (args.settings or ()):
         rows = registry.settings_help(planner, task)
@@ -388,12 +389,17 @@ def cmd_run(args) -> int:
         return _list_tasks()
     if _is_task_file(args.task):
         return cmd_run_file(args)
+    spec = load_task(args.task)
+    generic = spec.task_factory is not None and (
+        (args.planner is not None and args.planner not in spec.runners) or args.settings or args.save_trajectory)
+    if generic:  # the scenario's planner-independent Task, with any registered planner
+        return cmd_run_file(args, task=spec.task(), default_planner=spec.planners[0])
     if args.settings:
-        raise ParameterError("--set applies to task files (contactopt run FILE.py); the bundled task "
+        raise ParameterError(f"--set applies to task files and to tasks with a planner-independent form; "
                              f"{args.task!r} has fixed settings")
     if args.save_trajectory is not None:
-        raise ParameterError("--save-trajectory applies to task files (contactopt run FILE.py)")
-    spec = load_task(args.task)
+        raise ParameterError(f"--save-trajectory applies to task files and to tasks with a planner-independent "
+                             f"form; {args.task!r} has none")
     runner = spec.runner(args.planner)
     _check_run_args(args)
     options = {k: v for k, v in (("mode", args.mode), ("slowdown", args.slowdown), ("lag", args.lag),

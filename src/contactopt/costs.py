@@ -35,6 +35,7 @@ Residuals (``target`` is subtracted; positions in metres, world frame):
   exact Jacobian for quaternion joints
 * :class:`Qvel` — ``v − v_target``
 * :class:`Control` — ``u − u_target``
+* :class:`MechanicalEnergy` — ``½vᵀMv − m gᵀc − E_target``
 * :class:`Combination` — ``Σ c_k r_k − offset`` (e.g. centre of mass minus the mean of the feet)
 * :class:`UserResidual` — any callable, Jacobian by central finite differences
 
@@ -100,6 +101,7 @@ __all__ = [
     "Qpos",
     "Qvel",
     "Control",
+    "MechanicalEnergy",
     "Combination",
     "UserResidual",
     # costs
@@ -959,6 +961,60 @@ class Control(Residual):
         if not jacobian:
             return r, None, None
         return r, None, np.broadcast_to(self._ju, (U.shape[0],) + self._ju.shape).copy()
+
+
+class MechanicalEnergy(Residual):
+    """Mechanical energy minus a target: ``r = E(q, v) − E_target`` (J), size 1.
+
+    ``E = ½ vᵀM(q)v − m gᵀ c(q)`` with ``m`` the total mass, ``g`` the model's gravity and ``c``
+    the centre of mass (MuJoCo's ``data.energy`` convention: potential zero at the origin).
+    Jacobian: ``∂E/∂v = M v``; ``∂E/∂q = −m gᵀ J_c`` plus ``∂(½ vᵀMv)/∂q`` by forward
+    differences of ``M(q)`` (``mj_crb`` on a scratch ``MjData``).  Used to pump energy into
+    swing-up tasks, where a position cost alone stalls at the hanging stationary point.
+    """
+
+    def __init__(self, model, target: float = 0.0, *, name: str = "energy"):
+        super().__init__(model, 1, name)
+        self.target = float(target)
+        self.mass = float(np.sum(model.body_mass))
+        self.gravity = np.array(model.opt.gravity, dtype=float)
+        self._jac = np.zeros((3, model.nv))
+        self._mv = np.zeros(model.nv)
+        self._mv2 = np.zeros(model.nv)
+        self._scratch = mujoco.MjData(model)
+
+    def energy(self, data) -> float:
+        """E of ``data`` (``mj_kinematics`` + ``mj_comPos`` done); runs ``mj_crb`` on it."""
+        m = self.model
+        mujoco.mj_crb(m, data)
+        mujoco.mj_mulM(m, data, self._mv, data.qvel)
+        potential = -self.mass * float(self.gravity @ data.subtree_com[0])
+        return 0.5 * float(data.qvel @ self._mv) + potential
+
+    def evaluate(self, data, x, u, jacobian):
+        m = self.model
+        r = np.array([self.energy(data) - self.target])
+        if not jacobian:
+            return r, None, None
+        nv = m.nv
+        jx = np.zeros((1, self.ndx))
+        mujoco.mj_jacSubtreeCom(m, data, self._jac, 0)
+        jx[0, :nv] = -self.mass * (self.gravity @ self._jac)
+        jx[0, nv:2 * nv] = self._mv
+        ke = 0.5 * float(data.qvel @ self._mv)
+        s, eps = self._scratch, 1e-6
+        s.qvel[:] = data.qvel
+        for j in range(nv):
+            s.qpos[:] = data.qpos
+            dq = np.zeros(nv)
+            dq[j] = eps
+            mujoco.mj_integratePos(m, s.qpos, dq, 1.0)
+            mujoco.mj_kinematics(m, s)
+            mujoco.mj_comPos(m, s)
+            mujoco.mj_crb(m, s)
+            mujoco.mj_mulM(m, s, self._mv2, s.qvel)
+            jx[0, j] += (0.5 * float(s.qvel @ self._mv2) - ke) / eps
+        return r, jx, None
 
 
 class Combination(Residual):

@@ -14,7 +14,7 @@ builds it, the problem's Jacobian workers set to ``os.cpu_count()``:
    ``DIR/idto_convergence_<task>.png`` (cost and violation against iteration, log scale).
 2. **Time per iteration** (the paper's Fig. 4): medians over those iterations (the ones that
    linearized; a rejected step's retry only evaluates a trial point) of the
-   :class:`~contactopt.solvers.idto.IterationLog` times — ``derivatives`` (residual + Jacobian),
+   :class:`~contactopt.solvers.idto.IDTOIterationLog` times — ``derivatives`` (residual + Jacobian),
    ``hessian`` (Gauss–Newton assembly and scaling), ``factorization`` (banded Cholesky,
    multipliers and dogleg) and ``rest`` (the trial point's evaluation).  The top-level keys
    are the penalty method's; ``methods`` holds both.
@@ -180,7 +180,7 @@ def _options(planner, method: str):
 
 
 def iteration_breakdown(log) -> dict:
-    """Median milliseconds per iteration of a list of :class:`~contactopt.solvers.idto.IterationLog`.
+    """Median milliseconds per iteration of a list of :class:`~contactopt.solvers.idto.IDTOIterationLog`.
 
     Returns:
       ``{"iteration_ms", "derivatives_ms", "hessian_ms", "factorization_ms", "rest_ms"}``

@@ -90,7 +90,7 @@ def ablation(task, seeds, iterations: int = ABLATION_ITERATIONS) -> dict:
                 if upd.policy is None or res is None:
                     traces[variant].append(None)
                     continue
-                costs = [res.iterations[0].cost] + [log.new_cost for log in res.iterations]
+                costs = [res.log[0].cost] + [log.new_cost for log in res.log]
                 traces[variant].append(costs)
             finally:
                 planner.dynamics.close()
@@ -126,6 +126,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
       "time_to_success_median", "async_realtime_factor", "async_policy_lag_ms", "async_success",
       "min_slowdown", "ablation"}, ...]}``.
     """
+    from ..mpc.runner import BREAKDOWN_KEYS
     from ..tasks.mpc_task import run_ilqg_task
 
     if int(seeds) != seeds or seeds < 1:
@@ -146,7 +147,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
                 bar.update(1)
             it = np.concatenate([r.iteration_ms() for r in results])
             parts = {}
-            for key in ("derivatives", "backward", "line_search"):
+            for key in BREAKDOWN_KEYS:      # derivatives, solve (the backward pass), line_search
                 vals = [u.breakdown.get(key, 0.0) * 1e3 for r in results for u in r.updates]
                 parts[key] = float(np.median(vals)) if vals else None
             lags = np.concatenate([r.policy_lag_ms() for r in results])
@@ -171,7 +172,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
                 "iteration_ms": float(np.median(it)) if it.size else None,
                 "iteration_ms_p95": float(np.percentile(it, 95)) if it.size else None,
                 "derivatives_ms": parts["derivatives"],
-                "backward_ms": parts["backward"],
+                "backward_ms": parts["solve"],
                 "line_search_ms": parts["line_search"],
                 "policy_lag_ms": float(np.median(lags)) if lags.size else None,
                 "time_to_success_median": float(np.median(tts)) if tts else None,

@@ -57,13 +57,16 @@ def build_ilqg(task, plant, options, weights, *, textbook: bool = False):
     model = task.make_planner_model(plant, h)
     cost = task_cost(task, model, h, weights)
     dyn = MujocoDynamics(model, derivative_stride=options["derivative_stride"])
-    fields = {k: options[k] for k in ("mu_min", "mu_max", "delta0") if options.get(k) is not None}
+    fields = {k: options[k] for k in ("mu_init", "mu_min", "mu_max", "delta0", "line_search_steps")
+              if options.get(k) is not None}
     settings = ILQGSettings.textbook(**fields) if textbook else ILQGSettings(**fields)
     lag = options["lag_compensation"]
     try:
         planner = ILQGPlanner(dyn, cost, T, settings=settings, iterations_per_update=options["iterations"],
                               initial_iterations=options["initial_iterations"],
-                              lag_compensation=None if lag == "off" else lag, samples=options["samples"],
+                              lag_compensation=None if lag == "off" else lag,
+                              lag_prediction=options["lag_prediction"], lag_substeps=options["lag_substeps"],
+                              samples=options["samples"],
                               sample_scale=options["sample_scale"])
     except Exception:
         dyn.close()
@@ -73,10 +76,15 @@ def build_ilqg(task, plant, options, weights, *, textbook: bool = False):
 
 _ILQG_OPTIONS = _COMMON + (
     Option("derivative_stride", int, 1, "differentiate every k-th step, interpolate between"),
+    Option("mu_init", float, None, "initial regularization μ"),
     Option("mu_min", float, None, "smallest regularization μ of the schedule"),
     Option("mu_max", float, None, "μ beyond which a solve gives up"),
     Option("delta0", float, None, "growth factor Δ₀ of the μ schedule (> 1)"),
+    Option("line_search_steps", tuple, None, "step sizes α tried in order, comma-separated (1,0.5,0.25)"),
     Option("lag_compensation", str, "off", "plan from the state predicted at the policy lag", ("off", "auto")),
+    Option("lag_prediction", str, "feedback", "policy the lag prediction simulates",
+           ("feedback", "feedforward")),
+    Option("lag_substeps", int, 1, "prediction steps per planner step"),
     Option("samples", int, 8, "perturbed control sequences tried after each update (0: plain iLQG)"),
     Option("sample_scale", float, 0.5, "their standard deviation, as a fraction of each control's range"),
 )
@@ -110,7 +118,7 @@ def build_idto(task, plant, options, weights):
     """
     from ..contact.compliant import CompliantContactModel
     from ..model import actuation_map
-    from ..solvers.idto import IDTOProblem, SolverOptions
+    from ..solvers.idto import IDTOProblem, IDTOSettings
     from ..solvers.idto.knot_cost import quadratic_tracking
     from .idto_planner import IDTOPlanner
 
@@ -136,7 +144,7 @@ def build_idto(task, plant, options, weights):
     else:
         problem = IDTOProblem(model, T, h, q0, Qq=0.0, Qv=0.0, R=0.0, cost=cost,
                               unactuated_penalty=options["unactuated_penalty"], **kwargs)
-    solver_options = SolverOptions(convergence=None, initial_radius=options["trust_radius"])
+    solver_options = IDTOSettings(convergence=None, initial_radius=options["trust_radius"])
     return IDTOPlanner(problem, plant_model=plant, options=solver_options,
                        initial_iterations=options["initial_iterations"],
                        iterations_per_update=options["iterations"], kp=options["kp"], kd=options["kd"],

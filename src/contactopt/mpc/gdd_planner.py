@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ContactoptError, as_array
 from ..solvers.gdd import Cost, GDDSettings, GDDSolver
 from .policy import ConstantPolicy
-from .runner import PlannerUpdate
+from .runner import BREAKDOWN_KEYS, PlannerUpdate
 
 __all__ = ["GDDPlanner"]
 
@@ -31,7 +31,10 @@ class GDDPlanner:
       cost: a :class:`~contactopt.solvers.gdd.Cost` over accelerations.
       settings: :class:`~contactopt.solvers.gdd.GDDSettings` (defaults if None).
 
-    The breakdown of an update has one key, ``solve`` (seconds).
+    The breakdown of an update has the shared keys (:data:`~contactopt.mpc.runner.BREAKDOWN_KEYS`,
+    seconds, from :meth:`~contactopt.solvers.gdd.GDDResult.timing`): ``solve`` is the solver's time,
+    ``derivatives`` and ``line_search`` are not measured separately (0); the message is the
+    status name.
     """
 
     def __init__(self, model: mujoco.MjModel, cost: Cost, settings: GDDSettings | None = None):
@@ -59,8 +62,9 @@ class GDDPlanner:
         if not np.isfinite(ctrl).all():
             return PlannerUpdate(None, compute_time=wall, message="GDD control is not finite")
         self.result = res
-        return PlannerUpdate(ConstantPolicy(ctrl, t0=t), float(res.cost), int(res.iterations), wall, {"solve": wall},
-                             res.status.name.lower())
+        timing = res.timing()
+        return PlannerUpdate(ConstantPolicy(ctrl, t0=t), float(res.cost), int(res.iterations), wall,
+                             {k: timing[k] for k in BREAKDOWN_KEYS}, res.status.name)
 
     def reset(self, t: float, x) -> PlannerUpdate:
         """The goal-directed control at the initial state."""

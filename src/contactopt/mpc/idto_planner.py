@@ -7,7 +7,7 @@ The seed paper's contact-implicit MPC (section VI-D):
   resamples the previous solution at the new knot times ``t + k h`` (``k = 0 … T``) with
   ``q_guess[0] = q`` (the fixed initial configuration), optionally re-anchors the nominal
   trajectory at the measured state, and runs ``iterations_per_update`` (default 1)
-  iterations keeping the trust radius (:meth:`~contactopt.solvers.idto.IDTOSolver.warm_start`);
+  iterations keeping the trust radius (:meth:`~contactopt.solvers.idto.IDTOSolver.solve_from_warm_start`);
 * the plan becomes cubic splines (C², not-a-knot: :class:`UniformCubicSpline`, SciPy's
   ``CubicSpline`` computed with one precomputed matrix product) of ``q``,
   ``v`` and the feedforward control ``u_ff``, tracked between updates at the plant rate by
@@ -40,9 +40,9 @@ from scipy.interpolate import CubicSpline
 
 from ..errors import ContactoptError, ParameterError, as_array, check_positive
 from ..model import actuation_map
-from ..solvers.idto import IDTOProblem, IDTOSolver, SolverOptions, SolverResult, SolverStatus
+from ..solvers.idto import IDTOProblem, IDTOResult, IDTOSettings, IDTOSolver, IDTOStatus
 from .policy import Policy
-from .runner import PlannerUpdate
+from .runner import BREAKDOWN_KEYS, PlannerUpdate
 
 __all__ = ["IDTOPolicy", "IDTOPlanner", "UniformCubicSpline", "resample_trajectory", "feedforward_controls"]
 
@@ -268,7 +268,7 @@ class IDTOPlanner:
       problem: the :class:`~contactopt.solvers.idto.IDTOProblem` (its model has the plant's
         ``nq``/``nv``/``nu``; its ``q_init``/``v_init`` and nominal are overwritten at every update).
       plant_model: model for the policy's actuation and control limits (default ``problem.model``).
-      options: :class:`~contactopt.solvers.idto.SolverOptions` (convergence tests off for MPC updates
+      options: :class:`~contactopt.solvers.idto.IDTOSettings` (convergence tests off for MPC updates
         is typical; ``initial_iterations`` caps the first solve).
       initial_iterations: iterations of the first plan (:meth:`reset`).
       iterations_per_update: iterations per MPC update (≥ 1; the paper uses 1).
@@ -286,13 +286,15 @@ class IDTOPlanner:
         warm-started updates of a task with a fragile balance may want a small one
         (the IDTO hopper: ``Δ_0`` 10, restart 0.1).
 
-    Breakdown reported per update (seconds): ``derivatives`` (residual + Jacobian),
-    ``factorization`` (Hessian assembly, Cholesky, dogleg), ``rest`` (trial evaluation,
-    resampling, splines).
+    Breakdown reported per update (seconds, the shared keys of
+    :meth:`~contactopt.solvers.idto.IDTOResult.timing`): ``derivatives`` (residual + Jacobian),
+    ``solve`` (Hessian assembly, Cholesky, dogleg), ``line_search`` (trial evaluations); the
+    rest of the update's wall time (resampling, splines) is ``compute_time`` minus their sum.
+    The message is the status name (``status.name``).
     """
 
     def __init__(self, problem: IDTOProblem, *, plant_model: mujoco.MjModel | None = None,
-                 options: SolverOptions | None = None, initial_iterations: int = 30,
+                 options: IDTOSettings | None = None, initial_iterations: int = 30,
                  iterations_per_update: int = 1, nominal: NominalFn | None = None,
                  initial_guess: Callable | None = None, kp=0.0, kd=0.0,
                  divergence_factor: float = math.inf, restart_radius: float | None = None,
@@ -303,7 +305,7 @@ class IDTOPlanner:
             if isinstance(v, bool) or int(v) != v or v < 1:
                 raise ParameterError(f"{name} must be an integer >= 1, got {v!r}")
         if options is None:
-            options = SolverOptions(convergence=None)
+            options = IDTOSettings(convergence=None)
         self.problem = problem
         self.solver = IDTOSolver(problem, options)
         self.model = problem.model if plant_model is None else plant_model
@@ -323,7 +325,7 @@ class IDTOPlanner:
         self._gains = IDTOPolicy.gains(self.model, kp, kd)
         self._gains_key = self._key()
         self._ff_map = np.linalg.pinv(self.control_gain).T  # (nv, nu): u_ff = τ G⁺ᵀ
-        self.result: SolverResult | None = None
+        self.result: IDTOResult | None = None
         self.t_plan = 0.0
         self.policy: IDTOPolicy | None = None
         if isinstance(samples, bool) or int(samples) != samples or samples < 0:
@@ -339,7 +341,7 @@ class IDTOPlanner:
         """Seed the sampled perturbations (``samples > 0``)."""
         self._rng = np.random.default_rng(seed)
 
-    def _sample(self, res: SolverResult) -> SolverResult:
+    def _sample(self, res: IDTOResult) -> IDTOResult:
         """Sampling escape (``samples > 0``): roll the problem's model (MuJoCo, step ``h``) out from
         the measured state under ``samples`` smooth perturbations of the plan's controls, rank them
         and the plan by ``sample_cost`` (the task's shared cost), and when a rollout is cheaper
@@ -375,7 +377,7 @@ class IDTOPlanner:
             return res
         radius = self.solver.trust_radius
         new = self.solver.solve(best_q, max_iterations=self.iterations_per_update)
-        if new.cost < res.cost and new.status is not SolverStatus.FACTORIZATION_FAILED:
+        if new.cost < res.cost and new.status is not IDTOStatus.FACTORIZATION_FAILED:
             return new
         self.solver.trust_radius = radius
         return res
@@ -405,19 +407,19 @@ class IDTOPlanner:
         q[0] = q_meas
         return q
 
-    def _breakdown(self, res: SolverResult, total: float) -> dict:
-        deriv = sum(lg.times.get("residual", 0.0) + lg.times.get("jacobian", 0.0) for lg in res.log)
-        fact = sum(lg.times.get("assemble", 0.0) + lg.times.get("factor", 0.0) for lg in res.log)
-        return {"derivatives": deriv, "factorization": fact, "rest": max(total - deriv - fact, 0.0)}
+    @staticmethod
+    def _breakdown(res: IDTOResult) -> dict:
+        timing = res.timing()
+        return {k: timing[k] for k in BREAKDOWN_KEYS}
 
-    def _finish(self, t: float, res: SolverResult, start: float) -> PlannerUpdate:
-        ok, why = True, res.status.value
-        if res.status is SolverStatus.TRUST_REGION_COLLAPSED:
+    def _finish(self, t: float, res: IDTOResult, start: float) -> PlannerUpdate:
+        ok, why = True, res.status.name
+        if res.status is IDTOStatus.TRUST_REGION_COLLAPSED:
             # no decrease found: the plan is still the best known (finite, checked below), but a
             # collapsed radius would freeze every later warm start, so it restarts.
             self.solver.trust_radius = self.restart_radius
-        if res.status is SolverStatus.FACTORIZATION_FAILED:
-            ok, why = False, f"IDTO {res.status.value}"
+        if res.status is IDTOStatus.FACTORIZATION_FAILED:
+            ok, why = False, f"IDTO {res.status.name}"
         elif not (np.isfinite(res.q).all() and np.isfinite(res.v).all() and np.isfinite(res.tau).all()
                   and math.isfinite(res.cost)):
             ok, why = False, "IDTO plan is not finite"
@@ -428,14 +430,14 @@ class IDTOPlanner:
             # next update restarts from the last good plan with a fresh trust radius
             self.solver.trust_radius = self.restart_radius
             wall = time.perf_counter() - start
-            return PlannerUpdate(None, float(res.cost), res.iterations, wall, self._breakdown(res, wall), why)
+            return PlannerUpdate(None, float(res.cost), res.iterations, wall, self._breakdown(res), why)
         if self._key() != self._gains_key:  # kp / kd changed since the last plan
             self._gains, self._gains_key = IDTOPolicy.gains(self.model, self.kp, self.kd), self._key()
         policy = IDTOPolicy(self.model, t, self.h, res.q, res.v, res.tau @ self._ff_map, self.kp, self.kd,
                             _gains=self._gains)
         self.result, self.t_plan, self.policy = res, float(t), policy
         wall = time.perf_counter() - start
-        return PlannerUpdate(policy, float(res.cost), res.iterations, wall, self._breakdown(res, wall), why)
+        return PlannerUpdate(policy, float(res.cost), res.iterations, wall, self._breakdown(res), why)
 
     # ------------------------------------------------------------------ protocol
 
@@ -469,7 +471,7 @@ class IDTOPlanner:
         try:
             q0 = self._measure(t, x)
             qg = self.shifted_guess(t, q0)
-            res = self.solver.warm_start(qg, max_iterations=self.iterations_per_update)
+            res = self.solver.solve_from_warm_start(qg, max_iterations=self.iterations_per_update)
             if self.samples and np.isfinite(res.q).all() and math.isfinite(res.cost):
                 res = self._sample(res)
         except (ContactoptError, FloatingPointError, np.linalg.LinAlgError) as exc:

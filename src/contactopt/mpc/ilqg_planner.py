@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import ContactoptError, ParameterError
 from ..solvers.ilqg import ILQG, ILQGResult, ILQGSettings
 from .policy import TrajectoryPolicy
-from .runner import PlannerUpdate
+from .runner import BREAKDOWN_KEYS, PlannerUpdate
 
 __all__ = ["ILQGPlanner"]
 
@@ -233,13 +233,13 @@ class ILQGPlanner:
 
     def _finish(self, t, res: ILQGResult, wall: float) -> PlannerUpdate:
         timing = res.timing()
-        breakdown = {k: timing[k] for k in ("derivatives", "backward", "line_search")}
+        breakdown = {k: timing[k] for k in BREAKDOWN_KEYS}
         if not res.ok or not (np.isfinite(res.U).all() and np.isfinite(res.K).all()):
-            return PlannerUpdate(None, float(res.cost), len(res.iterations), wall, breakdown,
+            return PlannerUpdate(None, float(res.cost), res.iterations, wall, breakdown,
                                  f"iLQG {res.status.name}")
         self.result, self.t_plan = res, t
         self.policy = self._policy(t, res)
-        return PlannerUpdate(self.policy, float(res.cost), len(res.iterations), wall, breakdown,
+        return PlannerUpdate(self.policy, float(res.cost), res.iterations, wall, breakdown,
                              res.status.name)
 
     def reset(self, t: float, x) -> PlannerUpdate:

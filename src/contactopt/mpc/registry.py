@@ -81,6 +81,15 @@ class Option:
             if not math.isfinite(number):
                 raise ParameterError(f"--set {key}: must be finite, got {value!r}")
             return number
+        if self.kind is tuple:
+            items = value.split(",") if isinstance(value, str) else value
+            try:
+                out = tuple(float(v) for v in items)
+            except (TypeError, ValueError):
+                raise ParameterError(f"--set {key}: expected comma-separated numbers, got {value!r}") from None
+            if not out or not all(math.isfinite(v) for v in out):
+                raise ParameterError(f"--set {key}: expected finite numbers, got {value!r}")
+            return out
         text = str(value)
         if self.choices and text not in self.choices:
             raise ParameterError(f"--set {key}: expected one of {', '.join(self.choices)}, got {value!r}")
@@ -198,7 +207,7 @@ def settings_help(name: str, task) -> list[tuple[str, str, str]]:
     sp = spec(name)
     model = task.load_plant()
     defaults = dict(task.planner_options.get(name, {}))
-    rows = [(o.name, str(defaults.get(o.name, "derived" if o.default is None else o.default)), o.doc)
+    rows = [(o.name, str(defaults.get(o.name, "auto" if o.default is None else o.default)), o.doc)
             for o in sp.options]
     terms = task.cost_terms(model)
     for key, t in zip(cost_weight_keys(terms), terms):

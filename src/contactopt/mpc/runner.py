@@ -45,7 +45,12 @@ from ..simulate import SimulationError
 from .policy import Policy
 
 __all__ = ["Planner", "PlannerUpdate", "Push", "MPCSettings", "MPCResult", "UpdateRecord",
-           "run_mpc", "perturb_model", "find_min_slowdown"]
+           "run_mpc", "perturb_model", "find_min_slowdown", "BREAKDOWN_KEYS"]
+
+#: the phases of :attr:`PlannerUpdate.breakdown`, the keys shared by the solvers' ``result.timing()``:
+#: linearization, the step's linear algebra (iLQG backward pass, IDTO Hessian + factorization +
+#: dogleg, GDD kernel) and the line search (iLQG rollouts, IDTO trial points; 0 for GDD)
+BREAKDOWN_KEYS = ("derivatives", "solve", "line_search")
 
 
 # --------------------------------------------------------------------------- interfaces
@@ -60,8 +65,9 @@ class PlannerUpdate:
       cost: planned total cost after the update (nan if unknown).
       iterations: optimizer iterations done.
       compute_time: wall seconds the update took.
-      breakdown: wall seconds per phase (e.g. ``derivatives``, ``backward``, ``line_search``).
-      message: why it failed, or a status word.
+      breakdown: wall seconds per phase (:data:`BREAKDOWN_KEYS`: ``derivatives``, ``solve``,
+        ``line_search``; the planners report all three).
+      message: why it failed, or the solver's status name (``status.name``).
     """
 
     policy: Policy | None

@@ -8,10 +8,14 @@
 * :mod:`contactopt.solvers.gdd` — goal-directed dynamics (Todorov): a cost over
   accelerations in, physical controls out.
 
+The solvers share one vocabulary: ``XSettings`` (a validated dataclass), ``XResult``
+(``status`` an ``XStatus``, ``iterations`` an int, ``log`` a tuple of frozen ``XIterationLog``
+records, ``timing()`` with the keys ``derivatives``, ``solve``, ``line_search`` and ``total``),
+``solve()`` and — for iLQG and IDTO — ``solve_from_warm_start()`` (GDD warm-starts internally).
+
 The iLQG names are imported here directly; the IDTO and GDD solver names are re-exported
-lazily (on first access), so that ``import contactopt.solvers`` loads neither.  Names that
-would clash with iLQG's (``IterationLog``, ``Status``) and GDD's cost terms are only in their
-subpackages.
+lazily (on first access), so that ``import contactopt.solvers`` loads neither.  GDD's cost
+terms are only in their subpackage.
 """
 
 from importlib import import_module as _import_module
@@ -20,11 +24,11 @@ from .ilqg import (
     ILQG,
     BoxQPResult,
     BoxQPStatus,
+    ILQGIterationLog,
     ILQGResult,
     ILQGSettings,
-    IterationLog,
+    ILQGStatus,
     Regularization,
-    Status,
     ValueUpdate,
     decrease_regularization,
     increase_regularization,
@@ -32,10 +36,10 @@ from .ilqg import (
     solve_box_qp,
 )
 
-_IDTO_NAMES = ("BandedHessian", "ConvergenceCriteria", "IDTOProblem", "IDTOSolver", "Linearization",
-               "SolverOptions", "SolverResult", "SolverStatus", "Trajectory", "gauss_newton_system")
-_GDD_NAMES = ("ActuationArrays", "ActuationModel", "DualUpdate", "GDDProblem", "GDDResult", "GDDSettings",
-              "GDDSolver", "LineSearch", "build_problem", "gdd_step")
+_IDTO_NAMES = ("BandedHessian", "ConvergenceCriteria", "IDTOIterationLog", "IDTOProblem", "IDTOResult",
+               "IDTOSettings", "IDTOSolver", "IDTOStatus", "Linearization", "Trajectory", "gauss_newton_system")
+_GDD_NAMES = ("ActuationArrays", "ActuationModel", "DualUpdate", "GDDIterationLog", "GDDProblem", "GDDResult",
+              "GDDSettings", "GDDSolver", "GDDStatus", "LineSearch", "build_problem", "gdd_step")
 #: lazily re-exported names → the subpackage that defines them
 _LAZY = {**dict.fromkeys(_IDTO_NAMES, "idto"), **dict.fromkeys(_GDD_NAMES, "gdd")}
 _SUBPACKAGES = ("gdd", "idto", "ilqg")
@@ -49,22 +53,25 @@ __all__ = [
     "BoxQPStatus",
     "ConvergenceCriteria",
     "DualUpdate",
+    "GDDIterationLog",
     "GDDProblem",
     "GDDResult",
     "GDDSettings",
     "GDDSolver",
+    "GDDStatus",
+    "IDTOIterationLog",
     "IDTOProblem",
+    "IDTOResult",
+    "IDTOSettings",
     "IDTOSolver",
+    "IDTOStatus",
+    "ILQGIterationLog",
     "ILQGResult",
     "ILQGSettings",
-    "IterationLog",
+    "ILQGStatus",
     "LineSearch",
     "Linearization",
     "Regularization",
-    "SolverOptions",
-    "SolverResult",
-    "SolverStatus",
-    "Status",
     "Trajectory",
     "ValueUpdate",
     "build_problem",

@@ -33,6 +33,7 @@ TaskRunner = Callable[..., dict]
 
 #: Modules that register the built-in tasks (imported on first use of the registry).
 _BUILTIN_MODULES = (
+    "contactopt.tasks.acrobot",
     "contactopt.tasks.ilqg_tasks",
     "contactopt.tasks.gdd_tasks",
     "contactopt.tasks.humanoid_getup",
@@ -59,6 +60,8 @@ class TaskSpec:
       description: one line for listings.
       runners: planner name → runner (see the module docstring).
       default_seconds: simulated time of a run when ``--seconds`` is not given.
+      task_factory: optional ``() -> contactopt.Task``: the scenario as a planner-independent
+        task, which lets every registered planner run it (:meth:`task`).
     """
 
     name: str
@@ -66,6 +69,11 @@ class TaskSpec:
     description: str
     runners: dict = field(compare=False)
     default_seconds: float = 5.0
+    task_factory: Callable | None = field(default=None, compare=False)
+
+    def task(self):
+        """The scenario as a :class:`contactopt.Task`, or None when it has no planner-independent form."""
+        return None if self.task_factory is None else self.task_factory()
 
     @property
     def planners(self) -> tuple[str, ...]:
@@ -91,7 +99,7 @@ _builtins_loaded = False
 
 
 def register_task(name: str, planner: str, runner: TaskRunner, *, model: str, description: str,
-                  default_seconds: float = 5.0) -> TaskSpec:
+                  default_seconds: float = 5.0, task_factory: Callable | None = None) -> TaskSpec:
     """Register ``runner`` as the way ``planner`` runs task ``name``.
 
     A task may be registered once per planner; the model must agree between planners.
@@ -108,9 +116,10 @@ def register_task(name: str, planner: str, runner: TaskRunner, *, model: str, de
         if old.model != model:
             raise ValueError(f"task {name!r} runs on model {old.model!r}, not {model!r}")
         runners = {**old.runners, planner: runner}
-        spec = TaskSpec(name, model, old.description, runners, old.default_seconds)
+        spec = TaskSpec(name, model, old.description, runners, old.default_seconds,
+                        old.task_factory or task_factory)
     else:
-        spec = TaskSpec(name, model, description, {planner: runner}, float(default_seconds))
+        spec = TaskSpec(name, model, description, {planner: runner}, float(default_seconds), task_factory)
     _TASKS[name] = spec
     return spec
 

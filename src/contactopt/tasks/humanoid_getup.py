@@ -545,12 +545,14 @@ HUMANOID_PUSH = _build_push_task()
 
 
 def _register() -> None:
+    from functools import partial
+
     from . import register_task
-    from .mpc_task import ilqg_runner
+    from .mpc_task import as_task, ilqg_runner
 
     for task in (HUMANOID_GETUP, HUMANOID_PUSH):
         register_task(task.name, "ilqg", ilqg_runner(task), model=task.model, description=task.description,
-                      default_seconds=task.default_seconds)
+                      default_seconds=task.default_seconds, task_factory=partial(as_task, task))
 
 
 _register()

@@ -1,4 +1,4 @@
-"""IDTO contact-implicit MPC tasks of the seed paper: spinner, hopper, acrobot (``--planner idto``).
+"""IDTO contact-implicit MPC tasks of the seed paper: spinner, hopper (``--planner idto``).
 
 Each task is an :class:`IDTOTask`: the IDTO problem (horizon ``T``, step ``h``, diagonal
 weights, compliant contact parameters of Table I/II), the nominal trajectory — re-anchored
@@ -19,13 +19,9 @@ Tasks:
   anchored to time; no gait is given); success when the torso is within ``HOPPER_TOL`` of the
   target, upright, for 0.5 s, before any fall (torso below 0.4 m or pitch beyond 0.6 rad,
   latched).  Status: succeeds for 13 of seeds 0–15 (10 s runs).
-* ``acrobot`` — swing up from hanging and balance (no contact; the unactuated shoulder is
-  penalized, penalty method; nominal: upright with winding hysteresis, :data:`ACROBOT_REWIND`);
-  success when the tip stays above 3.9 m for 1 s.  Status: succeeds for all of seeds 0–15
-  (10 s runs).
+The acrobot's IDTO planner is in :mod:`.acrobot`.
 
-Experiment logs: docs/experiments/spinner-idto.md, docs/experiments/hopper-idto.md,
-docs/experiments/acrobot-idto.md.
+Experiment logs: docs/experiments/spinner-idto.md, docs/experiments/hopper-idto.md.
 """
 
 from __future__ import annotations
@@ -42,7 +38,7 @@ from ..errors import ParameterError
 from . import register_task
 
 __all__ = ["IDTOTask", "TASKS", "build_idto_planner", "run_idto_task", "idto_runner",
-           "SPINNER", "HOPPER", "ACROBOT"]
+           "SPINNER", "HOPPER"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,7 @@ class IDTOTask:
       update_period: simulated seconds between update starts (≥ lag).
       rate_target_hz: the paper's MPC rate (Table III), for the report.
       initial_iterations, iterations_per_update: solver iterations.
-      solver: extra :class:`~contactopt.solvers.idto.SolverOptions` fields.
+      solver: extra :class:`~contactopt.solvers.idto.IDTOSettings` fields.
       restart_radius: the planner's trust radius after a collapsed or failed solve
         (:class:`~contactopt.mpc.idto_planner.IDTOPlanner`; None: ``solver``'s ``initial_radius``).
       report: ``(task, model, result, x0) -> dict`` the task's own measures.
@@ -123,7 +119,7 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
     """
     from ..contact.compliant import CompliantContactModel, ContactParameters
     from ..mpc.idto_planner import IDTOPlanner
-    from ..solvers.idto import IDTOProblem, SolverOptions
+    from ..solvers.idto import IDTOProblem, IDTOSettings
 
     bad = set(overrides) - set(IDTOTask.__dataclass_fields__)
     if bad:
@@ -146,7 +142,7 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
     if workers is not None:
         kwargs["workers"] = workers
     problem = IDTOProblem(m, task.horizon, task.time_step, q0, contact=contact, **kwargs)
-    options = SolverOptions(**{"convergence": None, **task.solver})
+    options = IDTOSettings(**{"convergence": None, **task.solver})
     return IDTOPlanner(problem, plant_model=m, options=options, initial_iterations=task.initial_iterations,
                        iterations_per_update=task.iterations_per_update,
                        nominal=task.nominal(m, task.horizon, task.time_step), kp=task.kp, kd=task.kd,
@@ -409,82 +405,7 @@ HOPPER = IDTOTask(
 )
 
 
-# =========================================================================== acrobot
-
-ACROBOT_UP = np.array([math.pi, 0.0])
-
-
-ACROBOT_REWIND = 1.5 * math.pi  # rad: re-pick a hinge's upright winding only this far from it
-
-
-def _acrobot_nominal(model, T, h):
-    """Upright nominal ``q = (π + 2π k_0, 2π k_1)`` held over the horizon (``v_nom`` = 0).
-
-    Both hinges are 2π-periodic; the winding ``k_j`` is the one nearest the measured angle at
-    the first plan (``t ≤ 0``) and afterwards changes only when the measured angle is more than
-    :data:`ACROBOT_REWIND` from the current target (hysteresis: re-picking the nearest winding
-    at every update flips the target by 2π whenever a hinge passes ±π from it, and the warm-started
-    plan then chases the new winding — the elbow was seen spinning through 80 rad at full torque).
-    """
-    q = np.tile(ACROBOT_UP, (T + 1, 1))
-    two_pi = 2 * math.pi
-
-    def nominal(t, x):
-        k = nominal.winding
-        near = np.round((np.asarray(x[:2]) - ACROBOT_UP) / two_pi)
-        if k is None or t <= 0.0:
-            k = near
-        else:
-            far = np.abs(x[:2] - (ACROBOT_UP + two_pi * k)) > ACROBOT_REWIND
-            k = np.where(far, near, k)
-        nominal.winding = k
-        return q + two_pi * k, None
-
-    nominal.winding = None
-    return nominal
-
-
-def _acrobot_initial(model, data, rng):
-    data.qpos[:] = rng.uniform(-0.1, 0.1, 2)
-    data.qvel[:] = 0.0
-
-
-def _acrobot_tip_height(model, data):
-    return float(data.site("tip").xpos[2])
-
-
-def _acrobot_success(model, data):
-    return _acrobot_tip_height(model, data) > 3.9
-
-
-def _acrobot_metric(model, data):
-    return float(np.abs(data.site("tip").xpos[[0, 2]] - [0.0, 4.2]).sum())
-
-
-ACROBOT = IDTOTask(
-    name="acrobot", model="acrobot",
-    description="swing the acrobot up and balance it with IDTO (tip above 3.9 m for 1 s)",
-    # h = 0.02 s, not the authors' 0.05 s: at 0.05 s the swing-up plans exploit the coarse steps
-    # (the elbow crosses ~3 rad in two knots) and their cubic splines need shoulder torques of rms
-    # 56 N·m (peak 340) under the plant's dynamics — untrackable; at 0.02 s rms 8, at 0.01 s rms
-    # 2.8.  A 3 s horizon (the authors': 2 s) with 2 iterations per update
-    # (docs/experiments/acrobot-idto.md).
-    horizon=150, time_step=0.02,
-    # terminal-only position cost (the swing is free), penalty method on the shoulder; R = 1 on
-    # the elbow keeps the planned torque near the plant's ±5 N·m limit (the soft actuator limits,
-    # actuator_limit_weight, stay off: they did not raise the success rate,
-    # docs/experiments/acrobot-idto.md)
-    weights=dict(Qq=0.0, Qv=[0.1, 0.1], Qf_q=[100.0, 100.0], Qf_v=[10.0, 10.0], R=[1.0, 1.0],
-                 unactuated_penalty=100.0),
-    contact=None, nominal=_acrobot_nominal, initial_state=_acrobot_initial, success=_acrobot_success,
-    metric=_acrobot_metric, success_hold=1.0, default_seconds=10.0, kp=20.0, kd=3.0, lag=0.01,
-    # rate target: the paper has no acrobot example; its closed loop replans every 10 ms
-    update_period=0.01, rate_target_hz=100.0, initial_iterations=300, iterations_per_update=2,
-    # Δ_0 = 1 (the notes' default 0.1; comparison in docs/experiments/acrobot-idto.md)
-    solver=dict(initial_radius=1.0),
-)
-
-TASKS = (SPINNER, HOPPER, ACROBOT)
+TASKS = (SPINNER, HOPPER)
 
 for _task in TASKS:
     register_task(_task.name, "idto", idto_runner(_task), model=_task.model, description=_task.description,

@@ -1,22 +1,9 @@
-"""iLQG MPC tasks of the seed paper: acrobot swing-up, swimmer reach, hopper hop.
+"""iLQG MPC tasks of the seed paper: swimmer reach, hopper hop (the acrobot: :mod:`.acrobot`).
 
 Each task is an :class:`~contactopt.tasks.mpc_task.MPCTask` registered for the ``ilqg``
 planner; ``contactopt run TASK --planner ilqg`` runs it.  The plant steps faster than the
 planner, one iLQG iteration per update.  Status: all run in real time on a 2-core machine
 (sync mode with ``lag="measured"`` and async mode, slowdown 1).
-
-``acrobot-swingup``
-    plant 2 ms, planner 10 ms, horizon 1.5 s (150 steps, derivatives every 2nd step).
-    Running cost (per second)::
-
-        1.0 · smoothabs_1(E − E_up)  +  1.0 · smoothabs_0.1(tip_xz − (0, 4.2))
-        + 0.01 · ½‖v‖²  +  0.05 · cosh_1.5(u)
-
-    with ``E`` the mechanical energy (:class:`AcrobotEnergy`) and ``E_up`` that of the
-    upright rest state; terminal cost ``5 · ½‖tip − target‖² + 0.5 · ½‖v‖²``.  The energy
-    term escapes the hanging stationary point; the cosh control cost keeps the plan inside
-    the ±5 N m range.
-    Success: tip higher than 4.0 m (target 4.2 m) continuously for 1 s, within 15 s.
 
 ``swimmer-reach``
     plant 5 ms, planner 20 ms, horizon 1 s (50 steps).  Running cost::
@@ -47,150 +34,20 @@ planner, one iLQG iteration per update.  Status: all run in real time on a 2-cor
     Success: torso beyond x = 1.5 m, above 0.7 m and pitch within ±0.7 rad for 1 s, and
     never below/over those limits earlier in the run (no fall-and-get-up), within 6 s.
 
-Experiment logs: docs/experiments/acrobot-swingup-ilqg.md (acrobot-swingup, swimmer-reach),
+Experiment logs: docs/experiments/acrobot-swingup-ilqg.md (swimmer-reach),
 docs/experiments/hopper-hop-ilqg.md.
 """
 
 from __future__ import annotations
 
-import mujoco
+from functools import partial
+
 import numpy as np
 
-from ..costs import Residual
 from . import register_task
-from .mpc_task import MPCTask, ilqg_runner
+from .mpc_task import MPCTask, as_task, ilqg_runner
 
-__all__ = ["ACROBOT_SWINGUP", "SWIMMER_REACH", "HOPPER_HOP", "TASKS", "AcrobotEnergy"]
-
-
-# =========================================================================== acrobot swing-up
-
-
-class AcrobotEnergy(Residual):
-    """Mechanical energy minus a target: ``r = E(q, v) − E_target`` (J).
-
-    ``E = ½ vᵀM(q)v + m g z_com`` (potential relative to z = 0, as MuJoCo's ``data.energy``).
-
-    Jacobian: ``∂E/∂v = M v``; ``∂E/∂q = m g J_com,z`` plus ``∂(½ vᵀMv)/∂q`` by forward
-    differences of ``M(q)`` (``mj_crb`` on a scratch ``MjData``).
-    """
-
-    def __init__(self, model, target: float = 0.0, *, name: str = "energy"):
-        super().__init__(model, 1, name)
-        self.target = float(target)
-        self.mass = float(np.sum(model.body_mass))
-        self.g = -float(model.opt.gravity[2])
-        self._jac = np.zeros((3, model.nv))
-        self._mv = np.zeros(model.nv)
-        self._mv2 = np.zeros(model.nv)
-        self._scratch = mujoco.MjData(model)
-
-    def energy(self, data) -> float:
-        """E of ``data`` (``mj_kinematics`` + ``mj_comPos`` done); runs ``mj_crb`` on it."""
-        m = self.model
-        mujoco.mj_crb(m, data)
-        mujoco.mj_mulM(m, data, self._mv, data.qvel)
-        potential = self.mass * self.g * float(data.subtree_com[0, 2])
-        return 0.5 * float(data.qvel @ self._mv) + potential
-
-    def evaluate(self, data, x, u, jacobian):
-        m = self.model
-        r = np.array([self.energy(data) - self.target])
-        if not jacobian:
-            return r, None, None
-        nv = m.nv
-        jx = np.zeros((1, self.ndx))
-        mujoco.mj_jacSubtreeCom(m, data, self._jac, 0)
-        jx[0, :nv] = self.mass * self.g * self._jac[2]
-        jx[0, nv:2 * nv] = self._mv
-        ke = 0.5 * float(data.qvel @ self._mv)
-        s, eps = self._scratch, 1e-6
-        s.qvel[:] = data.qvel
-        for j in range(nv):
-            s.qpos[:] = data.qpos
-            s.qpos[j] += eps
-            mujoco.mj_kinematics(m, s)
-            mujoco.mj_comPos(m, s)
-            mujoco.mj_crb(m, s)
-            mujoco.mj_mulM(m, s, self._mv2, s.qvel)
-            jx[0, j] += (0.5 * float(s.qvel @ self._mv2) - ke) / eps
-        return r, jx, None
-
-
-ACRO_PLANT_DT = 0.002
-ACRO_PLAN_DT = 0.01     # 15–20 ms planner steps cannot balance the 2 ms plant (Euler error)
-ACRO_W = {"energy": 1.0, "tip": 1.0, "qvel": 0.01, "ctrl": 0.05}
-ACRO_CTRL_ALPHA = 1.5
-ACRO_WF = {"energy": 0.0, "tip": 5.0, "qvel": 0.5}
-
-
-def _acrobot_plant():
-    from ..model import load_model
-
-    return load_model("acrobot", timestep=ACRO_PLANT_DT)
-
-
-def _acrobot_planner():
-    from ..model import load_model
-
-    return load_model("acrobot", timestep=ACRO_PLAN_DT)
-
-
-def _acrobot_upright_energy(m) -> float:
-    d = mujoco.MjData(m)
-    d.qpos[:] = [np.pi, 0.0]
-    mujoco.mj_kinematics(m, d)
-    mujoco.mj_comPos(m, d)
-    return AcrobotEnergy(m).energy(d)
-
-
-def _acrobot_cost(m):
-    from ..costs import (Control, CostTerm, Cosh, Quadratic, Qvel, SitePosition, SmoothAbs, StageCost,
-                         TrajectoryCost)
-
-    w = ACRO_W
-    tip = SitePosition(m, "tip", target=[0.0, 0.0, 4.2], axes="xz")
-    energy = AcrobotEnergy(m, _acrobot_upright_energy(m))
-    running = StageCost(m, [CostTerm(energy, SmoothAbs(1.0), w["energy"]),
-                            CostTerm(tip, SmoothAbs(0.1), w["tip"]),
-                            CostTerm(Qvel(m), Quadratic(), w["qvel"]),
-                            CostTerm(Control(m), Cosh(ACRO_CTRL_ALPHA), w["ctrl"])])
-    wf = ACRO_WF
-    terminal = None
-    if any(wf.values()):
-        terminal = StageCost(m, [CostTerm(energy, SmoothAbs(1.0), wf["energy"]),
-                                 CostTerm(tip, Quadratic(), wf["tip"]),
-                                 CostTerm(Qvel(m), Quadratic(), wf["qvel"])])
-    return TrajectoryCost(running, terminal, timestep=m.opt.timestep)
-
-
-def _acrobot_initial(model, data, rng):
-    data.qpos[:] = rng.uniform(-0.2, 0.2, size=2)
-    data.qvel[:] = 0.0
-
-
-def _tip_height(model, data):
-    return float(data.site("tip").xpos[2])
-
-
-def _acrobot_success(model, data):
-    return _tip_height(model, data) > 4.0
-
-
-def _acrobot_metric(model, data):
-    return float(np.abs(data.site("tip").xpos[[0, 2]] - [0.0, 4.2]).sum())
-
-
-ACROBOT_SWINGUP = MPCTask(
-    name="acrobot-swingup", model="acrobot",
-    description="swing the acrobot up and balance it (tip above 4.0 m for 1 s within 15 s)",
-    plant_model=_acrobot_plant, planner_model=_acrobot_planner, cost=_acrobot_cost,
-    initial_state=_acrobot_initial, success=_acrobot_success, metric=_acrobot_metric, success_hold=1.0,
-    default_seconds=15.0,
-    ilqg={"horizon": 150,
-          "settings": {"mu_init": 1e-3, "line_search_steps": (1.0, 0.5, 0.25, 0.1, 0.03)},
-          "iterations_per_update": 1, "initial_iterations": 10, "derivative_stride": 2},
-)
+__all__ = ["SWIMMER_REACH", "HOPPER_HOP", "TASKS"]
 
 
 # =========================================================================== swimmer reach
@@ -387,8 +244,8 @@ HOPPER_HOP = MPCTask(
           "lag_compensation": "auto"},
 )
 
-TASKS = (ACROBOT_SWINGUP, SWIMMER_REACH, HOPPER_HOP)
+TASKS = (SWIMMER_REACH, HOPPER_HOP)
 
 for _task in TASKS:
     register_task(_task.name, "ilqg", ilqg_runner(_task), model=_task.model, description=_task.description,
-                  default_seconds=_task.default_seconds)
+                  default_seconds=_task.default_seconds, task_factory=partial(as_task, _task))

@@ -16,9 +16,8 @@ import mujoco
 import numpy as np
 
 from ..errors import ParameterError
-from ..mpc.outputs import plot_mpc, write_video
 
-__all__ = ["MPCTask", "run_ilqg_task", "ilqg_runner", "build_ilqg_planner"]
+__all__ = ["MPCTask", "run_ilqg_task", "ilqg_runner", "build_ilqg_planner", "as_task"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,44 @@ class MPCTask:
     lag: float | str = "measured"
     pushes: tuple | Callable = ()
     target_slowdown: float = 1.0
+
+
+def as_task(task: MPCTask):
+    """``task`` as a planner-independent :class:`~contactopt.task.Task`, so that every registered
+    planner can run it (``contactopt run NAME --planner P``): the same plant, initial states,
+    success and failure tests and metric; the running and terminal cost terms of its iLQG cost;
+    the planner model's time step; its iLQG settings as ``planner_options["ilqg"]``."""
+    from ..task import Task
+
+    planner = task.planner_model()
+    h = float(planner.opt.timestep)
+    probe = task.cost(planner)
+
+    def cost(model):
+        return list(task.cost(model).running.terms)
+
+    terminal = None
+    if probe.terminal_scale == 1.0:
+        def terminal(model):
+            return list(task.cost(model).terminal.terms)
+
+    ilqg = dict(task.ilqg)
+    opts = {"horizon": int(ilqg.get("horizon", 50)) * h}
+    for key, name in (("iterations_per_update", "iterations"), ("initial_iterations", "initial_iterations"),
+                      ("derivative_stride", "derivative_stride"), ("lag_prediction", "lag_prediction"),
+                      ("lag_substeps", "lag_substeps")):
+        if key in ilqg:
+            opts[name] = ilqg[key]
+    if ilqg.get("lag_compensation") is not None:
+        opts["lag_compensation"] = ilqg["lag_compensation"]
+    opts.update({k: v for k, v in ilqg.get("settings", {}).items()
+                 if k in ("mu_init", "mu_min", "mu_max", "delta0", "line_search_steps")})
+    opts["samples"] = 0  # the task's own settings are plain iLQG
+    return Task(name=task.name, model=task.plant_model(), cost=cost, terminal_cost=terminal,
+                initial_state=task.initial_state, success=task.success, success_hold=task.success_hold,
+                failure=task.failure, duration=task.default_seconds, horizon=opts["horizon"],
+                planner_timestep=h, planner_options={"ilqg": opts}, description=task.description,
+                metric=task.metric, planner_model=lambda model: task.planner_model(), base_dir=None)
 
 
 #: the keys of ``MPCTask.ilqg`` (and of ``run_ilqg_task`` planner overrides)
@@ -151,6 +188,8 @@ def _report(task: MPCTask, planner: str, result) -> dict:
 def write_outputs(report: dict, task_name: str, plant, result, video=None, plot=None, *,
                   metric_label: str = "task cost") -> dict:
     """Write the optional MP4 ``video`` and PNG ``plot`` of a closed-loop run; note them in ``report``."""
+    from ..mpc.outputs import plot_mpc, write_video
+
     if video is not None:
         report["video_frames"] = write_video(plant, result, video)
         report["video"] = str(video)

@@ -25,18 +25,20 @@ from .costs import (
 from .problem import ActuationArrays, ActuationModel, GDDProblem, build_problem
 from .solver import (
     DualUpdate,
+    GDDIterationLog,
     GDDResult,
     GDDSettings,
     GDDSolver,
-    IterationLog,
+    GDDStatus,
     LineSearch,
-    Status,
     gdd_step,
 )
 
+# Deprecated alias, not exported: tests/test_gdd_reference.py still imports it.
+
 __all__ = [
     # solver
-    "GDDSolver", "GDDSettings", "GDDResult", "IterationLog", "Status", "LineSearch", "DualUpdate",
+    "GDDSolver", "GDDSettings", "GDDResult", "GDDIterationLog", "GDDStatus", "LineSearch", "DualUpdate",
     "gdd_step",
     # cost terms
     "Cost", "CostTerm", "CostArrays", "TermModel", "FrameState", "SpringDamper", "MinimumJerk",

@@ -76,7 +76,7 @@ STATE_LINEARNEG = 2
 STATE_LINEARPOS = 3
 STATE_CONE = 4
 
-# solver status codes (mirrored by contactopt.solvers.gdd.solver.Status)
+# solver status codes (mirrored by contactopt.solvers.gdd.solver.GDDStatus)
 STATUS_CONVERGED = 0
 STATUS_MAX_ITERATIONS = 1
 STATUS_MAX_DUAL_UPDATES = 2

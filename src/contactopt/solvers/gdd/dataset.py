@@ -349,7 +349,7 @@ def replay(dataset: GDDDataset, *, model: mujoco.MjModel | None = None, min_time
             shortest = min(t.sum() for t in best.values())
             if shortest >= min_time or repeats >= max_repeats:
                 break
-    from .solver import Status
+    from .solver import GDDStatus
 
     out = {"records": n, "sessions": len(dataset.specs), "repeats": repeats}
     for key, t in best.items():
@@ -363,7 +363,7 @@ def replay(dataset: GDDDataset, *, model: mujoco.MjModel | None = None, min_time
         med, p95 = _percentiles(stats[key])
         out[f"{name}_median"] = med
         out[f"{name}_p95"] = p95
-    out["converged_fraction"] = float(np.mean(stats["status"] == int(Status.CONVERGED)))
+    out["converged_fraction"] = float(np.mean(stats["status"] == int(GDDStatus.CONVERGED)))
     out["replay_max_error"] = float(np.nanmax(err))
     return out
 

@@ -54,7 +54,7 @@ from .costs import (
     PostureTarget,
     SpringDamper,
 )
-from .solver import GDDSettings, GDDSolver, Status, gdd_step
+from .solver import GDDSettings, GDDSolver, GDDStatus, gdd_step
 
 __all__ = [
     "Drag",
@@ -863,7 +863,7 @@ def gdd_statistics(a: dict) -> dict:
                       ("residual_gradient", "residual_gradient")):
         out[f"{name}_median"] = pct(a[key], 50)
         out[f"{name}_p95"] = pct(a[key], 95)
-    out["converged_fraction"] = float(np.mean(a["status"] == int(Status.CONVERGED)))
+    out["converged_fraction"] = float(np.mean(a["status"] == int(GDDStatus.CONVERGED)))
     # the first step loads the compiled kernels (a one-off cost): left out of the times
     first = 1 if a["time"].size > 1 else 0
     for key, name in (("solve_time", "solve_us"), ("step_time", "step_us")):

@@ -39,7 +39,7 @@ same results up to roundoff.
 Safeguard (:attr:`GDDSettings.safeguard`): a non-finite or absurd first guess is replaced
 by the free acceleration ``M⁻¹(−c)``; a non-finite or huge step, a numerical failure or
 a non-converged solve from a non-neutral guess restarts once from it; the outcome is
-reported (``GDDResult.safeguards``, :attr:`Status.NUMERICAL_ERROR`), never applied blindly.
+reported (``GDDResult.safeguards``, :attr:`GDDStatus.NUMERICAL_ERROR`), never applied blindly.
 
 Then the control ``ctrl = (B⁺g − bias)/gain`` is clamped to its limits, written to
 ``data.ctrl``, and MuJoCo's forward dynamics run warm-started from the
@@ -73,18 +73,18 @@ from .costs import _STRUCTURE, Cost, CostTerm
 from .problem import ActuationModel, DataViews, GDDProblem
 
 __all__ = [
-    "Status",
+    "GDDStatus",
     "LineSearch",
     "DualUpdate",
     "GDDSettings",
-    "IterationLog",
+    "GDDIterationLog",
     "GDDResult",
     "GDDSolver",
     "gdd_step",
 ]
 
 
-class Status(enum.IntEnum):
+class GDDStatus(enum.IntEnum):
     """Outcome of one goal-directed solve."""
 
     CONVERGED = K.STATUS_CONVERGED
@@ -147,7 +147,7 @@ class GDDSettings:
         targets) is replaced by the free acceleration, and a non-finite or huge step
         (beyond ``1e6`` times that scale) or a failed solve restarts once from the free
         acceleration with fresh multipliers; if that fails too the status is
-        :attr:`Status.NUMERICAL_ERROR` (never applied).  ``GDDResult.safeguards`` counts it.
+        :attr:`GDDStatus.NUMERICAL_ERROR` (never applied).  ``GDDResult.safeguards`` counts it.
     """
 
     max_iterations: int = 50
@@ -184,7 +184,7 @@ class GDDSettings:
 
 
 @dataclass(frozen=True)
-class IterationLog:
+class GDDIterationLog:
     """One Gauss-Newton iteration.
 
     objective: augmented Lagrangian after the step; gradient_norm: ‖∇L‖₂ (N);
@@ -215,7 +215,7 @@ class GDDResult:
       Zt: ``(nz, nv)`` basis of the unactuated directions (see :attr:`unactuated_force`).
       efc_force: ``(nefc,)`` constraint forces ``f(a_gdd)``.
       efc_state: ``(nefc,)`` constraint states (``mjtConstraintState`` numbers).
-      status: :class:`Status`.
+      status: :class:`GDDStatus`.
       iterations, dual_updates, factorizations: counts.
       residual_gradient: ``‖∇L‖₂`` at the solution (N).
       feasibility_equality, feasibility_box: constraint violations in m/s² (see settings).
@@ -228,7 +228,7 @@ class GDDResult:
       physics_violation: ``‖a_gdd − a_forward‖₂`` (m/s²), None until the forward check ran.
       qacc_forward: ``(nv,)`` forward acceleration with the applied control, or None.
       solve_time: seconds spent in :meth:`GDDSolver.solve` (building + kernel + post-processing).
-      log: per-iteration :class:`IterationLog` records.
+      log: per-iteration :class:`GDDIterationLog` records.
 
     The scalar statistics are read from the kernel's statistics vector on access.  The
     kernel's outputs live in one float buffer (``qfrc | efc_force | actuator_force | ctrl |
@@ -312,7 +312,7 @@ class GDDResult:
         rows = min(int(self._st[K.ST_ITER]), (self._buf.shape[0] - o) // K.LOG_NCOL)
         return self._buf[o:o + rows * K.LOG_NCOL].reshape(rows, K.LOG_NCOL)
 
-    status = property(lambda self: _STATUS[int(self._st[K.ST_STATUS])], doc=":class:`Status`.")
+    status = property(lambda self: _STATUS[int(self._st[K.ST_STATUS])], doc=":class:`GDDStatus`.")
     iterations = property(lambda self: int(self._st[K.ST_ITER]), doc="Gauss-Newton iterations.")
     dual_updates = property(lambda self: int(self._st[K.ST_DUAL]), doc="Multiplier updates.")
     factorizations = property(lambda self: int(self._st[K.ST_FACT]), doc="Hessian factorizations.")
@@ -328,8 +328,8 @@ class GDDResult:
 
     @property
     def converged(self) -> bool:
-        """True when the status is :attr:`Status.CONVERGED`."""
-        return self.status == Status.CONVERGED
+        """True when the status is :attr:`GDDStatus.CONVERGED`."""
+        return self.status == GDDStatus.CONVERGED
 
     @property
     def unactuated_force(self) -> np.ndarray:
@@ -337,14 +337,24 @@ class GDDResult:
         return self.Zt @ self.qfrc
 
     @property
-    def log(self) -> tuple[IterationLog, ...]:
+    def log(self) -> tuple[GDDIterationLog, ...]:
         """Per-iteration records (built on access)."""
         return tuple(
-            IterationLog(float(r[K.LOG_OBJECTIVE]), float(r[K.LOG_GRAD]), float(r[K.LOG_STEP]),
+            GDDIterationLog(float(r[K.LOG_OBJECTIVE]), float(r[K.LOG_GRAD]), float(r[K.LOG_STEP]),
                          float(r[K.LOG_ALPHA]), int(r[K.LOG_EVENTS]), int(r[K.LOG_NACTIVE]),
                          bool(r[K.LOG_FACTORED]), int(r[K.LOG_OUTER]))
             for r in self.log_array
         )
+
+    def timing(self) -> dict[str, float]:
+        """Seconds of the solve, with the keys shared by the three solvers.
+
+        ``solve`` and ``total`` are :attr:`solve_time` (building the problem, the compiled kernel
+        and the post-processing); ``derivatives`` (the MuJoCo position/velocity stages run inside
+        the compiled step) and ``line_search`` (inside the kernel) are not measured separately: 0.
+        """
+        t = float(self.solve_time)
+        return {"derivatives": 0.0, "solve": t, "line_search": 0.0, "total": t}
 
     def __repr__(self) -> str:
         return (f"GDDResult(status={self.status.name}, iterations={self.iterations}, "
@@ -510,6 +520,10 @@ class GDDSolver:
           cost: a :class:`~contactopt.solvers.gdd.costs.Cost` or a single term.
           initial_qacc: ``(nv,)`` initial guess; default: the previous solution when
             warm starting, else ``data.qacc``.
+
+        There is no separate ``solve_from_warm_start``: the warm start is internal.  The solver
+        keeps its last solution (accelerations and multipliers) and starts the next solve from
+        it when ``settings.warm_start`` is on (:meth:`reset` forgets it).
           problem: an already built :class:`GDDProblem` of this state.
 
         When every term of the cost is a built-in one the compiled solver evaluates
@@ -867,7 +881,7 @@ class GDDSolver:
         return result
 
 
-_STATUS = {int(st): st for st in Status}
+_STATUS = {int(st): st for st in GDDStatus}
 
 
 def _pack_actuation(act) -> np.ndarray:

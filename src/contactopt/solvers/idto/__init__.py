@@ -14,16 +14,18 @@ from .problem import IDTOProblem, Linearization, Trajectory
 from .solver import (
     BandedHessian,
     ConvergenceCriteria,
+    IDTOIterationLog,
+    IDTOResult,
+    IDTOSettings,
     IDTOSolver,
-    IterationLog,
-    SolverOptions,
-    SolverResult,
-    SolverStatus,
+    IDTOStatus,
     gauss_newton_system,
 )
 
+# Deprecated alias, not exported: mpc/builders.py and tasks/idto_tasks.py still import it.
+
 __all__ = [
     "IDTOProblem", "Linearization", "Trajectory", "BandedHessian", "ConvergenceCriteria",
-    "IDTOSolver", "IterationLog", "SolverOptions", "SolverResult", "SolverStatus",
+    "IDTOSolver", "IDTOIterationLog", "IDTOResult", "IDTOSettings", "IDTOStatus",
     "gauss_newton_system",
 ]

@@ -17,7 +17,7 @@ Per iteration (penalty treatment of underactuation):
    ``Δ ← Δ/4`` if ``ρ < 0.25``; ``Δ ← min(2Δ, Δ_max)`` if ``ρ > 0.75`` and the
    step reached the boundary.
 
-Equality-constrained treatment of underactuation (``SolverOptions(underactuation="constrained")``):
+Equality-constrained treatment of underactuation (``IDTOSettings(underactuation="constrained")``):
 the unactuated forces ``h(q) = [Zᵀτ_0; …; Zᵀτ_{T−1}] = 0`` are equality
 constraints (the penalty rows are dropped from the cost; the problem's optional
 actuator-limit rows stay), with the block-banded
@@ -52,18 +52,23 @@ from ._blas import single_threaded_blas
 from .problem import IDTOProblem, Linearization
 
 __all__ = [
-    "SolverStatus",
-    "SolverOptions",
+    "IDTOStatus",
+    "IDTOSettings",
     "ConvergenceCriteria",
-    "IterationLog",
-    "SolverResult",
+    "IDTOIterationLog",
+    "IDTOResult",
     "BandedHessian",
     "IDTOSolver",
     "gauss_newton_system",
 ]
 
+#: the timing keys shared by the three solvers' ``result.timing()`` (and the MPC planners' breakdowns)
+_DERIVATIVES = ("residual", "jacobian")
+_SOLVE = ("assemble", "factor")
+_LINE_SEARCH = ("trial",)
 
-class SolverStatus(enum.Enum):
+
+class IDTOStatus(enum.Enum):
     """Why :meth:`IDTOSolver.solve` stopped."""
 
     CONVERGED = "converged"
@@ -94,8 +99,8 @@ class ConvergenceCriteria:
 
 
 @dataclass(frozen=True)
-class SolverOptions:
-    """Options of :class:`IDTOSolver`.
+class IDTOSettings:
+    """Settings of :class:`IDTOSolver` (validated on construction).
 
     Attributes:
       max_iterations: iteration cap (≥ 0).
@@ -141,11 +146,12 @@ class SolverOptions:
 
 
 @dataclass(frozen=True)
-class IterationLog:
+class IDTOIterationLog:
     """One iteration: cost before the step, trust radius used, ratio, and timings [s].
 
-    ``times`` keys: residual, jacobian, assemble, factor (Cholesky + dogleg), trial
-    (evaluating the trial point).  ``violation`` = max ‖Zᵀτ_t‖∞ at the current iterate
+    ``times`` keys: residual, jacobian, assemble, factor (Cholesky, multipliers and the dogleg
+    step), trial (retracting to and evaluating the trial point).  Frozen (like ``times`` it is
+    not to be modified).  ``violation`` = max ‖Zᵀτ_t‖∞ at the current iterate
     (the constraint violation in constrained mode); ``multiplier_norm`` = ‖λ‖ (0 in penalty mode);
     ``cost`` is the problem's cost ``L`` (without penalty rows in constrained mode).
     """
@@ -162,15 +168,15 @@ class IterationLog:
     multiplier_norm: float = 0.0
 
 
-@dataclass
-class SolverResult:
-    """Result of a solve.
+@dataclass(frozen=True)
+class IDTOResult:
+    """Result of a solve (frozen: derive a changed copy with :func:`dataclasses.replace`).
 
     Attributes:
       q: ``(T+1, nq)`` optimal configurations; v: ``(T+1, nv)``; tau: ``(T, nv)``
       generalized forces; contact: ``(T, nv)`` contact forces; cost: final ``L``;
-      status: :class:`SolverStatus`; iterations: count; log: list of :class:`IterationLog`;
-      trust_radius: final ``Δ`` (reused by :meth:`IDTOSolver.warm_start`); solve_time [s].
+      status: :class:`IDTOStatus`; iterations: count; log: tuple of :class:`IDTOIterationLog`;
+      trust_radius: final ``Δ`` (reused by :meth:`IDTOSolver.solve_from_warm_start`); solve_time [s].
     """
 
     q: np.ndarray
@@ -178,15 +184,32 @@ class SolverResult:
     tau: np.ndarray
     contact: np.ndarray
     cost: float
-    status: SolverStatus
+    status: IDTOStatus
     iterations: int
-    log: list
+    log: tuple
     trust_radius: float
     solve_time: float
 
+    def __post_init__(self):
+        if not isinstance(self.log, tuple):
+            object.__setattr__(self, "log", tuple(self.log))
+
     @property
     def converged(self) -> bool:
-        return self.status is SolverStatus.CONVERGED
+        return self.status is IDTOStatus.CONVERGED
+
+    def timing(self) -> dict[str, float]:
+        """Seconds summed over iterations, with the keys shared by the three solvers.
+
+        ``derivatives`` (residual + Jacobian), ``solve`` (Gauss–Newton assembly and scaling,
+        factorization, multipliers and dogleg), ``line_search`` (the trial points' evaluation),
+        ``total`` (the whole solve, :attr:`solve_time`).
+        """
+        def part(keys):
+            return float(sum(lg.times.get(k, 0.0) for lg in self.log for k in keys))
+
+        return {"derivatives": part(_DERIVATIVES), "solve": part(_SOLVE),
+                "line_search": part(_LINE_SEARCH), "total": float(self.solve_time)}
 
 
 # --------------------------------------------------------------------------- banded algebra
@@ -353,16 +376,16 @@ class IDTOSolver:
         solver = IDTOSolver(problem)
         result = solver.solve(q_guess)          # full solve
         problem.set_initial_state(q_meas, v_meas)
-        result = solver.warm_start(q_shifted)   # MPC: one iteration, radius kept
+        result = solver.solve_from_warm_start(q_shifted)   # MPC: one iteration, radius kept
     """
 
-    def __init__(self, problem: IDTOProblem, options: SolverOptions | None = None):
+    def __init__(self, problem: IDTOProblem, options: IDTOSettings | None = None):
         if not isinstance(problem, IDTOProblem):
             raise ParameterError(f"IDTOSolver: problem must be an IDTOProblem, got {type(problem).__name__}")
         if options is None:
-            options = SolverOptions()
-        if not isinstance(options, SolverOptions):
-            raise ParameterError(f"IDTOSolver: options must be SolverOptions, got {type(options).__name__}")
+            options = IDTOSettings()
+        if not isinstance(options, IDTOSettings):
+            raise ParameterError(f"IDTOSolver: options must be IDTOSettings, got {type(options).__name__}")
         self.problem = problem
         self.options = options
         self.trust_radius = options.initial_radius
@@ -458,7 +481,7 @@ class IDTOSolver:
             lam = np.linalg.lstsq(S, rhs, rcond=None)[0]
         return lam, gs + At @ lam
 
-    def solve(self, q_guess, *, max_iterations: int | None = None, trust_radius: float | None = None) -> SolverResult:
+    def solve(self, q_guess, *, max_iterations: int | None = None, trust_radius: float | None = None) -> IDTOResult:
         """Minimize the problem's cost from ``q_guess (T+1, nq)`` (``q_guess[0]`` must equal ``q_init``).
 
         Args:
@@ -466,7 +489,7 @@ class IDTOSolver:
           trust_radius: initial ``Δ`` (default ``options.initial_radius``).
 
         Returns:
-          :class:`SolverResult`.  ``self.trust_radius`` keeps the final radius.
+          :class:`IDTOResult`.  ``self.trust_radius`` keeps the final radius.
 
         Raises:
           ShapeError, NonFiniteError, ParameterError: bad ``q_guess``.
@@ -476,7 +499,7 @@ class IDTOSolver:
                 return self._solve(q_guess, max_iterations, trust_radius)
         return self._solve(q_guess, max_iterations, trust_radius)
 
-    def _solve(self, q_guess, max_iterations, trust_radius) -> SolverResult:
+    def _solve(self, q_guess, max_iterations, trust_radius) -> IDTOResult:
         pr = self.problem
         q = pr.check_trajectory(q_guess)
         opts = self.options
@@ -486,7 +509,7 @@ class IDTOSolver:
         radius = opts.initial_radius if trust_radius is None else check_positive("trust_radius", trust_radius)
         t_start = time.perf_counter()
         log = []
-        status = SolverStatus.MAX_ITERATIONS
+        status = IDTOStatus.MAX_ITERATIONS
         lin = None
         cost = None
         k = 0
@@ -509,7 +532,7 @@ class IDTOSolver:
                 t0 = time.perf_counter()
                 cb = self._factor(Hs)
                 if cb is None:
-                    status = SolverStatus.FACTORIZATION_FAILED
+                    status = IDTOStatus.FACTORIZATION_FAILED
                     break
                 if constrained:
                     hval = pr.unactuated_forces(lin.tau)
@@ -528,6 +551,9 @@ class IDTOSolver:
             p, hit = _dogleg(pU, pH, radius)
             pred = -(gl @ p + 0.5 * p @ Hs.matvec(p))
             dq = D * p
+            t1 = time.perf_counter()
+            times["factor"] += t1 - t0
+            t0 = t1
             q_new = pr.retract(q, dq)
             cost_new, h_new = self._evaluate(q_new)
             times["trial"] = time.perf_counter() - t0
@@ -536,7 +562,7 @@ class IDTOSolver:
                 actual += float(lam @ (hval - h_new))
             rho = actual / pred if pred > 0 else (0.0 if actual <= 0 else 1.0)
             accepted = bool(rho > 0 and np.isfinite(cost_new))
-            log.append(IterationLog(k, cost, radius, float(rho), float(np.linalg.norm(p)), accepted,
+            log.append(IDTOIterationLog(k, cost, radius, float(rho), float(np.linalg.norm(p)), accepted,
                                     violation, float(np.linalg.norm(g)), times, lam_norm))
             if rho < 0.25:
                 radius /= 4.0
@@ -548,11 +574,11 @@ class IDTOSolver:
                     done = float(np.max(np.abs(h_new), initial=0.0)) <= opts.constraint_tol
                 q, cost, lin = q_new, cost_new, None
                 if done:
-                    status = SolverStatus.CONVERGED
+                    status = IDTOStatus.CONVERGED
                     k += 1
                     break
             if radius < opts.min_radius:
-                status = SolverStatus.TRUST_REGION_COLLAPSED
+                status = IDTOStatus.TRUST_REGION_COLLAPSED
                 k += 1
                 break
         else:
@@ -561,10 +587,10 @@ class IDTOSolver:
         last = getattr(self, "_last", None)
         tr = last[1] if (last is not None and last[0] is q) else pr._trajectory(q)
         final_cost, _ = self._evaluate(q, tr)
-        return SolverResult(q, tr.v, tr.tau, tr.contact, final_cost, status, k, log, radius,
+        return IDTOResult(q, tr.v, tr.tau, tr.contact, final_cost, status, k, tuple(log), radius,
                             time.perf_counter() - t_start)
 
-    def warm_start(self, q_guess, *, max_iterations: int = 1) -> SolverResult:
+    def solve_from_warm_start(self, q_guess, *, max_iterations: int = 1) -> IDTOResult:
         """MPC update: ``max_iterations`` (default 1) iterations from ``q_guess``, keeping the trust radius.
 
         The caller first updates the problem (``set_initial_state`` with the

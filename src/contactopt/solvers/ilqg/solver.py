@@ -101,9 +101,9 @@ from . import kernels as _kernels
 __all__ = [
     "Regularization",
     "ValueUpdate",
-    "Status",
+    "ILQGStatus",
     "ILQGSettings",
-    "IterationLog",
+    "ILQGIterationLog",
     "ILQGResult",
     "ILQG",
     "BoxQPStatus",
@@ -132,7 +132,7 @@ class ValueUpdate(enum.Enum):
     STANDARD = "standard"  #: eq. 7 (textbook)
 
 
-class Status(enum.Enum):
+class ILQGStatus(enum.Enum):
     """Why a solve ended.
 
     Every status except ``DIVERGED`` returns a finite trajectory at least as good
@@ -288,7 +288,7 @@ def decrease_regularization(mu: float, delta: float, settings: ILQGSettings) -> 
 
 
 @dataclass(frozen=True)
-class IterationLog:
+class ILQGIterationLog:
     """One iLQG iteration.
 
     Attributes:
@@ -343,8 +343,9 @@ class ILQGResult:
         clamped controls): ``u ≈ U[i] + K[i] (x ⊖ X[i])``.
       k: ``(T, nu)`` feedforward steps of the last backward pass.
       cost: total cost ``J(X, U)``.
-      status: :class:`Status`.
-      iterations: per-iteration :class:`IterationLog` records.
+      status: :class:`ILQGStatus`.
+      iterations: number of iterations run (``len(log)``).
+      log: per-iteration :class:`ILQGIterationLog` records (frozen), a tuple.
       mu, delta: regularization state at the end (a warm start continues from it).
       initial_cost: cost of the initial rollout.
       solve_time: wall-clock seconds of the solve.
@@ -356,8 +357,9 @@ class ILQGResult:
     K: np.ndarray
     k: np.ndarray
     cost: float
-    status: Status
-    iterations: tuple[IterationLog, ...]
+    status: ILQGStatus
+    iterations: int
+    log: tuple[ILQGIterationLog, ...]
     mu: float
     delta: float
     initial_cost: float
@@ -367,12 +369,12 @@ class ILQGResult:
     @property
     def converged(self) -> bool:
         """True if the status is ``CONVERGED``."""
-        return self.status is Status.CONVERGED
+        return self.status is ILQGStatus.CONVERGED
 
     @property
     def ok(self) -> bool:
         """True unless the solve ``DIVERGED``: ``X``, ``U`` are finite and no worse than the initial guess."""
-        return self.status is not Status.DIVERGED
+        return self.status is not ILQGStatus.DIVERGED
 
     @property
     def horizon(self) -> int:
@@ -392,14 +394,19 @@ class ILQGResult:
         return self.U[i] + self.K[i] @ dx
 
     def timing(self) -> dict[str, float]:
-        """Seconds summed over iterations: derivatives (of which dynamics), backward pass, line search."""
-        it = self.iterations
+        """Seconds summed over iterations, with the keys shared by the three solvers.
+
+        ``derivatives`` (dynamics + cost derivatives), ``solve`` (backward passes, restarts
+        included), ``line_search`` (forward rollouts and cost evaluations), ``total`` (the whole
+        solve), and iLQG's ``dynamics_derivatives`` (of ``derivatives``, the dynamics').
+        """
+        it = self.log
         return {
             "derivatives": sum(l.time_derivatives for l in it),
-            "dynamics_derivatives": sum(l.time_dynamics_derivatives for l in it),
-            "backward": sum(l.time_backward for l in it),
+            "solve": sum(l.time_backward for l in it),
             "line_search": sum(l.time_line_search for l in it),
             "total": self.solve_time,
+            "dynamics_derivatives": sum(l.time_dynamics_derivatives for l in it),
         }
 
 
@@ -843,7 +850,7 @@ class ILQG:
 
         roll = dyn.rollout(x0, U0, X_ref=X_ref, K=K, lower=lo, upper=hi)
         if roll.diverged:
-            return ILQGResult(roll.X, U0, zeros_K, zeros_k, math.inf, Status.DIVERGED, (), mu, delta,
+            return ILQGResult(roll.X, U0, zeros_K, zeros_k, math.inf, ILQGStatus.DIVERGED, 0, (), mu, delta,
                               math.inf, time.perf_counter() - t_start, x0)
         X, U = roll.X, roll.U
         # The first iteration needs the cost derivatives of this trajectory anyway; where the cost
@@ -871,17 +878,17 @@ class ILQG:
         if not math.isfinite(J):
             if fd_first is not None:
                 fd_first()
-            return ILQGResult(X, U, zeros_K, zeros_k, J, Status.DIVERGED, (), mu, delta, J,
+            return ILQGResult(X, U, zeros_K, zeros_k, J, ILQGStatus.DIVERGED, 0, (), mu, delta, J,
                               time.perf_counter() - t_start, x0)
 
-        logs: list[IterationLog] = []
+        logs: list[ILQGIterationLog] = []
         k_last, K_last = zeros_k, zeros_K
-        status = Status.MAX_ITERATIONS
+        status = ILQGStatus.MAX_ITERATIONS
         need_derivatives = True
         lin = None
         for it in range(s.max_iterations):
             if s.time_limit is not None and time.perf_counter() - t_start > s.time_limit:
-                status = Status.TIME_LIMIT
+                status = ILQGStatus.TIME_LIMIT
                 break
             # ---- 1. derivatives
             t0 = time.perf_counter()
@@ -897,10 +904,10 @@ class ILQG:
                     t_dyn = time.perf_counter() - t0
                     cd = cost.evaluate(X, U)
                 if not (np.isfinite(A).all() and np.isfinite(B).all()):
-                    status = Status.DIVERGED
+                    status = ILQGStatus.DIVERGED
                     break
                 if not _finite_derivatives(cd):
-                    status = Status.DIVERGED
+                    status = ILQGStatus.DIVERGED
                     break
                 lin = _Linearization(A, B, cd, s.regularization is Regularization.STATE)
                 need_derivatives = False
@@ -920,18 +927,18 @@ class ILQG:
                     break
             t_bwd = time.perf_counter() - t0
             if not bp.ok:
-                logs.append(IterationLog(it, J, J, 0.0, 0.0, mu, False, math.nan, restarts, 0,
+                logs.append(ILQGIterationLog(it, J, J, 0.0, 0.0, mu, False, math.nan, restarts, 0,
                                          t_der, t_dyn, t_bwd, 0.0))
-                status = Status.REGULARIZATION_FAILED
+                status = ILQGStatus.REGULARIZATION_FAILED
                 break
             k_last, K_last = bp.k, bp.K
             gnorm = float(np.mean(np.max(np.abs(bp.k) / (np.abs(U) + 1.0), axis=1)))
             expected_full = -(bp.dV1 + 0.5 * bp.dV2)
             if (gnorm < s.tol_grad or expected_full <= s.tol_cost * abs(J)) and mu <= s.mu_converged:
-                logs.append(IterationLog(it, J, J, expected_full, 0.0, mu, False, gnorm, restarts, 0,
+                logs.append(ILQGIterationLog(it, J, J, expected_full, 0.0, mu, False, gnorm, restarts, 0,
                                          t_der, t_dyn, t_bwd, 0.0))
                 mu, delta = self._decrease(mu, delta)
-                status = Status.CONVERGED
+                status = ILQGStatus.CONVERGED
                 break
             # ---- 3. line search
             t0 = time.perf_counter()
@@ -964,21 +971,21 @@ class ILQG:
                 X, U, J = X_new, U_new, J_new
                 need_derivatives = True
                 mu, delta = self._decrease(mu, delta)
-                logs.append(IterationLog(it, J + improvement, J, expected, alpha, mu_used, True, gnorm,
+                logs.append(ILQGIterationLog(it, J + improvement, J, expected, alpha, mu_used, True, gnorm,
                                          restarts, trials, t_der, t_dyn, t_bwd, t_ls))
                 if alpha == s.line_search_steps[0] and improvement < s.tol_cost * abs(J + improvement):
-                    status = Status.CONVERGED
+                    status = ILQGStatus.CONVERGED
                     break
             else:
                 mu, delta = self._increase(mu, delta)
-                logs.append(IterationLog(it, J, J, expected_full, 0.0, mu_used, False, gnorm,
+                logs.append(ILQGIterationLog(it, J, J, expected_full, 0.0, mu_used, False, gnorm,
                                          restarts, trials, t_der, t_dyn, t_bwd, t_ls))
                 if mu > s.mu_max:
-                    status = Status.LINE_SEARCH_FAILED
+                    status = ILQGStatus.LINE_SEARCH_FAILED
                     break
         if fd_first is not None:            # started but not used (time limit at the first iteration)
             fd_first()
-        return ILQGResult(X, U, K_last, k_last, J, status, tuple(logs), mu, delta, J_init,
+        return ILQGResult(X, U, K_last, k_last, J, status, len(logs), tuple(logs), mu, delta, J_init,
                           time.perf_counter() - t_start, x0)
 
     def solve_from_warm_start(self, x0, previous: ILQGResult, *, shift: float = 1.0,
