@@ -434,7 +434,7 @@ def test_user_residual_failures_name_the_term(mixed_model, rng):
 
 def test_batched_residuals_equal_stage_by_stage_evaluation(mixed_model, rng):
     """``batch_evaluate`` over N stages equals ``evaluate`` stage by stage (values and Jacobians)."""
-    from contactopt.costs import _JAC_KINDS, _POINT_KINDS
+    from contactopt.costs.stage import _JAC_KINDS, _POINT_KINDS
 
     model = mixed_model
     residuals = mixed_residuals(model) + [
@@ -483,7 +483,7 @@ def test_batched_residuals_equal_stage_by_stage_evaluation(mixed_model, rng):
 
 def test_batched_stage_cost_equals_stage_by_stage_reference(mixed_model, rng):
     """The stage cost's batched path gives the stage-by-stage values and derivatives (to roundoff)."""
-    from contactopt.costs import _evaluate_stages
+    from contactopt.costs.stage import _evaluate_stages
 
     model = mixed_model
     all_batched = StageCost(model, [
@@ -518,7 +518,7 @@ def test_batched_stage_cost_equals_stage_by_stage_reference(mixed_model, rng):
 
 def test_subclass_overriding_evaluate_is_not_batched(mixed_model, rng):
     """A residual subclass with its own ``evaluate`` keeps being evaluated by it (stage by stage)."""
-    from contactopt.costs import _batch_requests
+    from contactopt.costs.residuals import _batch_requests
 
     class Shifted(SitePosition):
         def evaluate(self, data, x, u, jacobian):
@@ -540,9 +540,9 @@ def test_subclass_overriding_evaluate_is_not_batched(mixed_model, rng):
 def test_compiled_kinematics_pass_equals_python_loop_bit_for_bit(mixed_model, rng, monkeypatch):
     """The compiled per-stage MuJoCo loop of the batched evaluation (positions, the four
     Jacobian kinds) gives exactly the numbers of the Python loop."""
-    import contactopt.costs as costs_module
+    import contactopt.costs.stage as costs_module
     from contactopt import native
-    from contactopt.costs import _evaluate_stages
+    from contactopt.costs.stage import _evaluate_stages
 
     if not native.NATIVE:
         pytest.skip("compiled MuJoCo loops not available on this installation")
@@ -596,7 +596,7 @@ def test_compiled_kinematics_pass_equals_python_loop_bit_for_bit(mixed_model, rn
 
 
 def test_nonfinite_residual_is_reported_by_name_with_the_combined_check(mixed_model, rng):
-    from contactopt.costs import _evaluate_stages
+    from contactopt.costs.stage import _evaluate_stages
 
     model = mixed_model
     cost = StageCost(model, [CostTerm(Control(model), Quadratic(), 1.0),
@@ -610,7 +610,7 @@ def test_nonfinite_residual_is_reported_by_name_with_the_combined_check(mixed_mo
 def test_single_component_terms_accumulate_exactly_like_einsum_and_matmul(mixed_model, rng):
     """Terms with one residual component take an elementwise shortcut in the Gauss-Newton sums;
     it reproduces numpy's einsum / matmul accumulation bit for bit."""
-    from contactopt.costs import _evaluate_stages
+    from contactopt.costs.stage import _evaluate_stages
 
     model = mixed_model
     terms = [CostTerm(SitePosition(model, "tip", [0.0, 0.0, 0.4], axes="z"), SmoothAbs(0.2), 2.0),

@@ -833,7 +833,7 @@ def test_warm_started_mpc_solves_equal_python_loops_bit_for_bit(small_model, rng
         return out
 
     fast = run(True)
-    import contactopt.costs as costs_module
+    import contactopt.costs.stage as costs_module
 
     monkeypatch.setattr(costs_module, "NATIVE_KINEMATICS", False)
     monkeypatch.setattr(TrajectoryCost, "total_is_evaluate_sum", False)

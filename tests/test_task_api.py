@@ -318,3 +318,32 @@ def test_pendulum_example_swings_up_on_seeds_0_to_7(planner, needed):
     task = contactopt.load_task_file(PENDULUM_TASK)
     wins = sum(run_task(task, planner, seed=seed).result.success for seed in range(8))
     assert wins >= needed
+
+
+def test_gdd_refuses_a_swing_up_it_cannot_do_in_one_line():
+    """The example's motor (2 N·m) cannot hold the pendulum part of the way up: goal-directed
+    dynamics, which has no horizon, says so before the run instead of pushing one way for ever."""
+    out = _run_cli("run", str(PENDULUM_TASK), "--planner", "gdd")
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "planner 'gdd' cannot run task pendulum-swingup" in lines[0]
+    assert "beyond its range [-2, 2]" in lines[0]
+
+
+def _strong_pendulum(tmp_path):
+    """The example with a 10 N·m motor, which can hold the pendulum anywhere (mgl = 5.9 N·m)."""
+    xml = (EXAMPLE / "pendulum.xml").read_text().replace('ctrlrange="-2 2"', 'ctrlrange="-10 10"')
+    (tmp_path / "pendulum.xml").write_text(xml)
+    task_file = tmp_path / "task.py"
+    task_file.write_text(PENDULUM_TASK.read_text())
+    return contactopt.load_task_file(task_file)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planner", ["gdd", "ilqg", "idto"])
+def test_every_planner_swings_up_a_pendulum_that_can_be_held(tmp_path, planner):
+    from contactopt.mpc.task_runner import run_task
+
+    task = _strong_pendulum(tmp_path)
+    wins = sum(run_task(task, planner, seed=seed).result.success for seed in range(4))
+    assert wins >= 3

@@ -148,7 +148,8 @@ def build_idto(task, plant, options, weights):
     return IDTOPlanner(problem, plant_model=plant, options=solver_options,
                        initial_iterations=options["initial_iterations"],
                        iterations_per_update=options["iterations"], kp=options["kp"], kd=options["kd"],
-                       samples=options["samples"], sample_cost=cost, sample_scale=options["sample_scale"])
+                       samples=options["samples"], sample_cost=cost, sample_scale=options["sample_scale"],
+                       sample_iterations=options["sample_iterations"])
 
 
 register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et al. 2023), one "
@@ -168,6 +169,8 @@ register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et
                                 "update; a cheaper one restarts the plan (0: plain IDTO)"),
                          Option("sample_scale", float, 0.5, "their standard deviation, as a fraction of "
                                 "each control's range"),
+                         Option("sample_iterations", int, 5, "iterations of the solve that restarts from "
+                                "a cheaper rollout"),
                      ), build_idto))
 
 
@@ -178,7 +181,7 @@ def build_gdd(task, plant, options, weights):
     """Goal-directed dynamics at the measured state (:class:`~contactopt.mpc.gdd_planner.GDDPlanner`);
     the task's terms become acceleration features (:mod:`contactopt.solvers.gdd.features`)."""
     from ..solvers.gdd import Cost, GDDSettings
-    from ..solvers.gdd.features import acceleration_terms
+    from ..solvers.gdd.features import acceleration_terms, quasi_static_path_check
     from .gdd_planner import GDDPlanner
     from .registry import apply_cost_weights
 
@@ -194,6 +197,14 @@ def build_gdd(task, plant, options, weights):
         features = acceleration_terms(terms, bandwidth=bandwidth)
     except ParameterError as exc:
         raise ParameterError(f"planner 'gdd' cannot run task {task.name}: {exc}") from None
+    if options["static_check"]:
+        data = mujoco.MjData(plant)
+        task.reset(plant, data, 0)
+        why = quasi_static_path_check(model, data.qpos.copy(), terms)
+        if why is not None:
+            raise ParameterError(f"planner 'gdd' cannot run task {task.name}: {why}; a zero-horizon planner "
+                                 "cannot build up momentum first (use ilqg or idto, or --set "
+                                 "static_check=false to try anyway)")
     return GDDPlanner(model, Cost(*features), GDDSettings(max_iterations=options["max_iterations"]))
 
 
@@ -201,4 +212,6 @@ register(PlannerSpec("gdd", "goal-directed dynamics (Todorov 2018): a zero-horiz
     Option("horizon", float, None, "time scale [s] of the features' PD law (ω = 2π / horizon)"),
     Option("bandwidth", float, None, "ω [1/s] of the features' PD law: k_p = ω², k_d = 2ω"),
     Option("max_iterations", int, 50, "Gauss-Newton iterations per solve"),
+    Option("static_check", bool, True, "refuse a configuration target that cannot be held on the way to it "
+           "within the actuator limits (seed 0's initial state)"),
 ), build_gdd))

@@ -285,6 +285,15 @@ class IDTOPlanner:
         failed; default ``options.initial_radius``.  A cold solve wants a large ``Δ_0``, the
         warm-started updates of a task with a fragile balance may want a small one
         (the IDTO hopper: ``Δ_0`` 10, restart 0.1).
+      samples: after each update, roll out this many smooth perturbations of the plan's
+        controls through MuJoCo and restart from the best when it is cheaper (:meth:`_sample`):
+        the escape from local minima of :class:`~contactopt.mpc.ILQGPlanner`'s ``samples``,
+        for IDTO.  0 (default) = plain IDTO.
+      sample_cost: the :class:`~contactopt.costs.TrajectoryCost` that ranks the rollouts (the
+        task's cost on the problem's model; required with ``samples``).
+      sample_scale, sample_knots: the perturbations' standard deviation (× each control's range)
+        and knots over the horizon.
+      sample_iterations: iterations of the solve that restarts from a winning rollout.
 
     Breakdown reported per update (seconds, the shared keys of
     :meth:`~contactopt.solvers.idto.IDTOResult.timing`): ``derivatives`` (residual + Jacobian),
@@ -298,7 +307,8 @@ class IDTOPlanner:
                  iterations_per_update: int = 1, nominal: NominalFn | None = None,
                  initial_guess: Callable | None = None, kp=0.0, kd=0.0,
                  divergence_factor: float = math.inf, restart_radius: float | None = None,
-                 samples: int = 0, sample_cost=None, sample_scale: float = 0.5, sample_knots: int = 4):
+                 samples: int = 0, sample_cost=None, sample_scale: float = 0.5, sample_knots: int = 4,
+                 sample_iterations: int = 5):
         if not isinstance(problem, IDTOProblem):
             raise ParameterError(f"IDTOPlanner: problem must be an IDTOProblem, got {type(problem).__name__}")
         for name, v in (("initial_iterations", initial_iterations), ("iterations_per_update", iterations_per_update)):
@@ -334,6 +344,9 @@ class IDTOPlanner:
             raise ParameterError("samples > 0 needs sample_cost, the TrajectoryCost that ranks the samples")
         self.samples, self.sample_cost = int(samples), sample_cost
         self.sample_scale, self.sample_knots = float(sample_scale), int(sample_knots)
+        if isinstance(sample_iterations, bool) or int(sample_iterations) != sample_iterations or sample_iterations < 1:
+            raise ParameterError(f"sample_iterations must be an integer >= 1, got {sample_iterations!r}")
+        self.sample_iterations = int(sample_iterations)
         self._sampler = None
         self.seed(0)
 
@@ -344,9 +357,10 @@ class IDTOPlanner:
     def _sample(self, res: IDTOResult) -> IDTOResult:
         """Sampling escape (``samples > 0``): roll the problem's model (MuJoCo, step ``h``) out from
         the measured state under ``samples`` smooth perturbations of the plan's controls, rank them
-        and the plan by ``sample_cost`` (the task's shared cost), and when a rollout is cheaper
+        by ``sample_cost`` (the task's shared cost) against the plan's own cost
+        (:meth:`~contactopt.solvers.idto.IDTOProblem.task_cost`), and when a rollout is cheaper
         re-solve from its configurations (a dynamically consistent guess); the new plan is kept
-        when its IDTO cost is lower.  Perturbations as :class:`~contactopt.mpc.ILQGPlanner`'s."""
+        (``sample_iterations`` iterations) when its IDTO cost is lower.  Perturbations as :class:`~contactopt.mpc.ILQGPlanner`'s."""
         from ..dynamics import MujocoDynamics
 
         if self._sampler is None:
@@ -376,8 +390,8 @@ class IDTOPlanner:
         if best_q is None:
             return res
         radius = self.solver.trust_radius
-        new = self.solver.solve(best_q, max_iterations=self.iterations_per_update)
-        if new.cost < res.cost and new.status is not IDTOStatus.FACTORIZATION_FAILED:
+        new = self.solver.solve(best_q, max_iterations=self.sample_iterations)
+        if new.status is not IDTOStatus.FACTORIZATION_FAILED and new.cost < res.cost:
             return new
         self.solver.trust_radius = radius
         return res

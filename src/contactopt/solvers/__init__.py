@@ -20,21 +20,8 @@ terms are only in their subpackage.
 
 from importlib import import_module as _import_module
 
-from .ilqg import (
-    ILQG,
-    BoxQPResult,
-    BoxQPStatus,
-    ILQGIterationLog,
-    ILQGResult,
-    ILQGSettings,
-    ILQGStatus,
-    Regularization,
-    ValueUpdate,
-    decrease_regularization,
-    increase_regularization,
-    shift_plan,
-    solve_box_qp,
-)
+from . import ilqg as _ilqg
+from .ilqg import *  # noqa: F403  (the iLQG names, listed in ilqg.__all__)
 
 _IDTO_NAMES = ("BandedHessian", "ConvergenceCriteria", "IDTOIterationLog", "IDTOProblem", "IDTOResult",
                "IDTOSettings", "IDTOSolver", "IDTOStatus", "Linearization", "Trajectory", "gauss_newton_system")
@@ -44,44 +31,7 @@ _GDD_NAMES = ("ActuationArrays", "ActuationModel", "DualUpdate", "GDDIterationLo
 _LAZY = {**dict.fromkeys(_IDTO_NAMES, "idto"), **dict.fromkeys(_GDD_NAMES, "gdd")}
 _SUBPACKAGES = ("gdd", "idto", "ilqg")
 
-__all__ = [
-    "ILQG",
-    "ActuationArrays",
-    "ActuationModel",
-    "BandedHessian",
-    "BoxQPResult",
-    "BoxQPStatus",
-    "ConvergenceCriteria",
-    "DualUpdate",
-    "GDDIterationLog",
-    "GDDProblem",
-    "GDDResult",
-    "GDDSettings",
-    "GDDSolver",
-    "GDDStatus",
-    "IDTOIterationLog",
-    "IDTOProblem",
-    "IDTOResult",
-    "IDTOSettings",
-    "IDTOSolver",
-    "IDTOStatus",
-    "ILQGIterationLog",
-    "ILQGResult",
-    "ILQGSettings",
-    "ILQGStatus",
-    "LineSearch",
-    "Linearization",
-    "Regularization",
-    "Trajectory",
-    "ValueUpdate",
-    "build_problem",
-    "decrease_regularization",
-    "gauss_newton_system",
-    "gdd_step",
-    "increase_regularization",
-    "shift_plan",
-    "solve_box_qp",
-]
+__all__ = sorted([*_ilqg.__all__, *_LAZY])
 
 
 def __getattr__(name: str):

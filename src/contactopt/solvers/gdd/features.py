@@ -20,6 +20,11 @@ the controls are affine in the inverse dynamics ``g(a) = M a + c − Jᵀ f(a)``
 so its rows are ``G⁺M a − G⁺Jᵀ f(a) + G⁺c − u*`` (:class:`ControlFeature`).  A user residual
 that reads the control cannot be written over accelerations: :func:`acceleration_terms`
 refuses it, before any run starts.
+
+A zero-horizon planner only descends its cost; it cannot build momentum first.
+:func:`quasi_static_path_check` refuses a task whose configuration target cannot be reached
+that way: somewhere on the way to it the robot cannot even *hold* still within its
+actuators' force range (a torque-limited pendulum or an acrobot swinging up).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import math
 import mujoco
 import numpy as np
 
-from ...costs import Control, CostTerm, Quadratic
+from ...costs import Control, CostTerm, Qpos, Quadratic
 from ...errors import ParameterError
 from ...model import actuation_map
 from .costs import CostTerm as AccelerationTerm
@@ -138,3 +143,56 @@ def acceleration_terms(terms, *, bandwidth: float) -> list:
         else:
             out.append(ResidualFeature(t, bandwidth=bandwidth))
     return out
+
+
+def quasi_static_path_check(model: mujoco.MjModel, q0, terms, *, points: int = 21) -> str | None:
+    """Why a zero-horizon planner cannot reach the configuration targets of ``terms``, or None.
+
+    For every :class:`~contactopt.costs.Qpos` term, the path ``q(s) = q0 ⊕ s (q* ⊖ q0)`` over its
+    dofs (``s ∈ [0, 1]``, ``points`` samples; hinge errors wrapped as the term wraps them) is held
+    at rest: ``τ(s) = mj_inverse(q(s), v = 0, a = 0)``, the generalized force that holds it
+    (gravity, springs and the soft contacts at that pose included).  The path is refused when
+    the actuators cannot give ``τ``: an actuator force ``B⁺τ`` beyond its force range, or — on a
+    model without a free joint, where nothing else can push — a force on an unactuated
+    direction (``Zᵀτ ≠ 0``).  Models with a free joint are checked on their actuators only.
+
+    Returns:
+      a one-sentence reason, or None when every path can be held.
+    """
+    from ...model import actuation_map
+    from ..idto.problem import IDTOProblem
+
+    amap = actuation_map(model, q0)
+    B_pinv = np.linalg.pinv(amap.B) if amap.B.shape[1] else np.zeros((0, model.nv))
+    lo, hi = IDTOProblem.actuator_force_ranges(model)
+    floating = bool(np.any(model.jnt_type == int(mujoco.mjtJoint.mjJNT_FREE)))
+    d = mujoco.MjData(model)
+    for t in terms:
+        res = t.residual
+        if not isinstance(res, Qpos) or t.weight == 0.0:
+            continue
+        x = np.concatenate([q0, np.zeros(model.nv + model.na)])
+        err = np.zeros(model.nv)
+        err[res.dofs] = -res(x)  # q* ⊖ q0 on the term's dofs (wrapped as the term wraps)
+        for s in np.linspace(0.0, 1.0, points):
+            d.qpos[:] = q0
+            mujoco.mj_integratePos(model, d.qpos, err, s)
+            d.qvel[:] = 0.0
+            d.qacc[:] = 0.0
+            mujoco.mj_inverse(model, d)
+            tau = d.qfrc_inverse.copy()
+            force = B_pinv @ tau
+            scale = max(1.0, float(np.abs(tau).max()))
+            over = np.flatnonzero((force > hi + 1e-9 * scale) | (force < lo - 1e-9 * scale))
+            if over.size:
+                i = int(over[0])
+                name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or f"#{i}"
+                return (f"holding still on the way to the {res.name} target (at s = {s:.2f} of the way) "
+                        f"needs {force[i]:.3g} from actuator {name}, beyond its range "
+                        f"[{lo[i]:.3g}, {hi[i]:.3g}]")
+            if not floating and amap.unactuated_basis.shape[1]:
+                z = amap.unactuated_basis.T @ tau
+                if np.abs(z).max() > 1e-6 * scale:
+                    return (f"holding still on the way to the {res.name} target (at s = {s:.2f} of the "
+                            f"way) needs {np.abs(z).max():.3g} on an unactuated direction")
+    return None

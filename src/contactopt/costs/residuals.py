@@ -1,0 +1,604 @@
+"""Residuals ``r(x, u)``: the :class:`Residual` base and the state, control and energy residuals
+(the point/frame residuals are in :mod:`contactopt.costs.frames`)."""
+
+from __future__ import annotations
+
+import abc
+import math
+import weakref
+from collections.abc import Callable, Sequence
+
+import mujoco
+import numpy as np
+
+from ..errors import NonFiniteError, ParameterError, ShapeError, as_array, check_positive
+
+__all__ = [
+    "Combination",
+    "Control",
+    "MechanicalEnergy",
+    "Qpos",
+    "Qvel",
+    "Residual",
+    "UserResidual",
+]
+
+
+# =========================================================================== residuals
+
+
+def _object_id(model: mujoco.MjModel, objtype: mujoco.mjtObj, kind: str, ref, argname: str) -> int:
+    """Resolve a name or index of a site/body/joint/actuator, with a clear error."""
+    count = {
+        mujoco.mjtObj.mjOBJ_SITE: model.nsite,
+        mujoco.mjtObj.mjOBJ_BODY: model.nbody,
+        mujoco.mjtObj.mjOBJ_JOINT: model.njnt,
+        mujoco.mjtObj.mjOBJ_ACTUATOR: model.nu,
+    }[objtype]
+    if isinstance(ref, (int, np.integer)) and not isinstance(ref, bool):
+        if not 0 <= int(ref) < count:
+            raise ParameterError(f"{argname}: {kind} index {ref} out of range (model has {count})")
+        return int(ref)
+    if not isinstance(ref, str):
+        raise ParameterError(f"{argname}: expected a {kind} name or index, got {ref!r}")
+    idx = mujoco.mj_name2id(model, objtype, ref)
+    if idx < 0:
+        names = [mujoco.mj_id2name(model, objtype, i) for i in range(count)]
+        names = [n for n in names if n]
+        shown = ", ".join(names[:20]) + (" ..." if len(names) > 20 else "")
+        raise ParameterError(f"{argname}: model has no {kind} named {ref!r} ({kind}s: {shown or 'none'})")
+    return idx
+
+
+def _axes(axes, argname: str = "axes") -> np.ndarray:
+    """Parse ``"xyz"``-style or index-list axes into an index array."""
+    if isinstance(axes, str):
+        lookup = {"x": 0, "y": 1, "z": 2}
+        if not axes or any(c not in lookup for c in axes) or len(set(axes)) != len(axes):
+            raise ParameterError(f"{argname}: expected distinct letters from 'xyz', got {axes!r}")
+        return np.array([lookup[c] for c in axes], dtype=int)
+    idx = np.asarray(axes, dtype=int).reshape(-1)
+    if idx.size == 0 or np.any(idx < 0) or np.any(idx > 2) or len(set(idx.tolist())) != idx.size:
+        raise ParameterError(f"{argname}: expected distinct indices in 0..2, got {axes!r}")
+    return idx
+
+
+def _joint_dofs(model: mujoco.MjModel, joints, argname: str) -> np.ndarray:
+    """DoF (velocity-space) indices of a list of joints (names or indices)."""
+    dofs: list[int] = []
+    for j in joints:
+        jid = _object_id(model, mujoco.mjtObj.mjOBJ_JOINT, "joint", j, argname)
+        adr = int(model.jnt_dofadr[jid])
+        jt = int(model.jnt_type[jid])
+        n = {int(mujoco.mjtJoint.mjJNT_FREE): 6, int(mujoco.mjtJoint.mjJNT_BALL): 3}.get(jt, 1)
+        dofs.extend(range(adr, adr + n))
+    return np.array(dofs, dtype=int)
+
+
+class Residual(abc.ABC):
+    """A vector function ``r(x, u) ∈ R^m`` of a MuJoCo state and control.
+
+    Subclasses implement :meth:`evaluate`; ``data`` passed to it holds the state
+    ``x`` with ``mj_kinematics`` and ``mj_comPos`` already run.
+
+    Attributes:
+      model: the ``MjModel`` the residual was built for.
+      size: ``m``, the residual length.
+      name: label used in error messages and logs.
+      uses_control: whether ``r`` depends on ``u`` (such residuals cannot appear in
+        a terminal cost).
+    """
+
+    def __init__(self, model: mujoco.MjModel, size: int, name: str, *, uses_control: bool = False):
+        if not isinstance(model, mujoco.MjModel):
+            raise ParameterError(f"{name}: model must be a mujoco.MjModel, got {type(model).__name__}")
+        self.model = model
+        self.size = int(size)
+        self.name = name
+        self.uses_control = bool(uses_control)
+        self.nv = model.nv
+        self.nu = model.nu
+        self.ndx = 2 * model.nv + model.na
+
+    @abc.abstractmethod
+    def evaluate(self, data: mujoco.MjData, x: np.ndarray, u: np.ndarray | None, jacobian: bool):
+        """Residual and (optionally) its Jacobians at ``(x, u)``.
+
+        Args:
+          data: ``MjData`` holding ``x`` with ``mj_kinematics`` + ``mj_comPos`` done
+            (may be used as scratch).
+          x: ``(nq + nv + na,)`` packed state.
+          u: ``(nu,)`` control, or None in a terminal cost.
+          jacobian: whether to return Jacobians.
+
+        Returns:
+          ``(r (m,), J_x (m, ndx) | None, J_u (m, nu) | None)``; a None Jacobian is zero
+          (always None when ``jacobian`` is false).
+        """
+
+    def batch_requests(self, jacobian: bool):
+        """Per-stage MuJoCo quantities this residual needs to be evaluated over all stages at once.
+
+        Returns a tuple of request keys (gathered by ``_evaluate_stages``: ``("site_xpos", id)``,
+        ``("xpos", id)``, ``("xipos", id)``, ``("subtree_com", id)`` → ``(N, 3)`` arrays;
+        ``("jac_site", id)``, ``("jac_body", id)``, ``("jac_bodycom", id)``,
+        ``("jac_subtreecom", id)`` → ``(N, 3, nv)`` translational Jacobians), or None when
+        the residual can only be evaluated stage by stage with :meth:`evaluate` (the default).
+        A subclass that overrides :meth:`evaluate` but not :meth:`batch_evaluate` is
+        evaluated stage by stage (its own :meth:`evaluate` wins).
+        """
+        return None
+
+    def batch_evaluate(self, kin: dict, X: np.ndarray, U: np.ndarray | None, jacobian: bool):
+        """:meth:`evaluate` over ``N`` stages at once (only if :meth:`batch_requests` is not None).
+
+        Args:
+          kin: the gathered requests, ``key → (N, 3)`` or ``(N, 3, nv)`` arrays.
+          X: ``(N, nx)`` states; U: ``(N, nu)`` controls or None.
+          jacobian: whether to return Jacobians.
+
+        Returns:
+          ``(R (N, m), J_x (N, m, ndx) | None, J_u (N, m, nu) | None)`` with the same
+          values as :meth:`evaluate` stage by stage (to roundoff).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no batched evaluation")
+
+    def __call__(self, x, u=None) -> np.ndarray:
+        """Evaluate ``r(x, u)`` on a fresh ``MjData`` (convenience; slow in loops)."""
+        data = mujoco.MjData(self.model)
+        x = _load_state(self.model, data, x, "x")
+        if u is not None:
+            u = as_array("u", u, (self.nu,))
+        if self.uses_control and u is None:
+            raise ParameterError(f"{self.name}: this residual needs a control u")
+        mujoco.mj_kinematics(self.model, data)
+        mujoco.mj_comPos(self.model, data)
+        return self.evaluate(data, x, u, False)[0].copy()
+
+    def __repr__(self) -> str:  # pragma: no cover - cosmetic
+        return f"{type(self).__name__}(name={self.name!r}, size={self.size})"
+
+
+def _defining_class(cls, name):
+    for c in cls.__mro__:
+        if name in c.__dict__:
+            return c
+    return object
+
+
+_BATCHABLE_CLASSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # class -> batchable
+
+
+def _batch_requests(residual: Residual, jacobian: bool):
+    """``residual.batch_requests(jacobian)``, or None where a subclass overrode ``evaluate``
+    below the class that implements ``batch_evaluate`` (the batch would bypass it)."""
+    cls = type(residual)
+    ok = _BATCHABLE_CLASSES.get(cls)
+    if ok is None:
+        ok = _BATCHABLE_CLASSES[cls] = issubclass(_defining_class(cls, "batch_evaluate"),
+                                                  _defining_class(cls, "evaluate"))
+    if not ok:
+        return None
+    return residual.batch_requests(jacobian)
+
+
+def _load_state(model, data, x, argname):
+    x = as_array(argname, x, (model.nq + model.nv + model.na,))
+    nq, nv = model.nq, model.nv
+    data.qpos[:] = x[:nq]
+    data.qvel[:] = x[nq:nq + nv]
+    if model.na:
+        data.act[:] = x[nq + nv:]
+    return x
+
+
+class Qpos(Residual):
+    """Configuration error on the manifold: ``r = (q ⊖ q_target)[dofs]`` (rad or m), size ``len(dofs)``
+    (the angle of an unlimited hinge wrapped into ``(−π, π]``, see ``wrap``).
+
+    ``q ⊖ q_target`` is ``mj_differentiatePos(q_target → q)``: hinge/slide differences,
+    free-joint translations in the world frame, and for quaternions (ball, free) the
+    rotation vector ``φ = log(q_targetˉ¹ ⊗ q)`` (angle wrapped to (−π, π]).  The Jacobian
+    w.r.t. ``dq`` is the identity except for rotation blocks, where perturbing
+    ``q ← q ⊗ exp(δ)`` gives the inverse right Jacobian of SO(3)::
+
+        ∂φ/∂δ = J_r⁻¹(φ) = I + ½[φ]× + (1/θ² − (1 + cos θ)/(2 θ sin θ)) [φ]×²,  θ = ‖φ‖
+
+    Args:
+      model: the model.
+      target: ``(nq,)`` target configuration (default ``model.qpos0``).
+      joints: joints (names or indices) whose DoFs to keep; default all.  Mutually
+        exclusive with ``dofs``.
+      dofs: velocity-space indices to keep.
+      wrap: ``"auto"`` (default) wraps the error of every hinge without a range limit into
+        ``(−π, π]`` — such a hinge's configuration space is the circle, where ``θ`` and
+        ``θ + 2π`` are one configuration (as quaternion errors already are); ``True`` wraps
+        every selected hinge, ``False`` none (the plain difference, e.g. to count turns).
+    """
+
+    def __init__(self, model, target=None, *, joints=None, dofs=None, name: str = "qpos", wrap="auto"):
+        super().__init__(model, 0, name)
+        if wrap not in ("auto", True, False):
+            raise ParameterError(f"{name}: wrap must be 'auto', True or False, got {wrap!r}")
+        self.target = (model.qpos0.copy() if target is None
+                       else as_array(f"{name} target", target, (model.nq,)).copy())
+        mujoco.mj_normalizeQuat(model, self.target)
+        self.dofs = _select_dofs(model, joints, dofs, name)
+        self.size = self.dofs.size
+        # rotation blocks: (dof address of the 3 rotational dofs) for ball and free joints
+        self._rot = []
+        for j in range(model.njnt):
+            jt = int(model.jnt_type[j])
+            adr = int(model.jnt_dofadr[j])
+            if jt == int(mujoco.mjtJoint.mjJNT_FREE):
+                self._rot.append(adr + 3)
+            elif jt == int(mujoco.mjtJoint.mjJNT_BALL):
+                self._rot.append(adr)
+        self._diff = np.zeros(model.nv)
+        # batched over stages when every selected DoF is a plain coordinate (hinge, slide or a
+        # free joint's translation): there ``(q ⊖ q_target)_dof = q[qadr] − q_target[qadr]`` and
+        # the Jacobian row is the unit vector of the DoF
+        hinge = model.jnt_type[model.dof_jntid[self.dofs]] == int(mujoco.mjtJoint.mjJNT_HINGE)
+        if wrap == "auto":
+            hinge &= ~model.jnt_limited[model.dof_jntid[self.dofs]].astype(bool)
+        #: positions in the residual whose error is wrapped into (−π, π]
+        self.wrapped = np.flatnonzero(hinge) if wrap is not False else np.zeros(0, dtype=np.intp)
+        self._qidx = _linear_qpos_index(model, self.dofs)
+        if self._qidx is not None:
+            self._jx = np.zeros((self.size, self.ndx))
+            self._jx[np.arange(self.size), self.dofs] = 1.0
+
+    def evaluate(self, data, x, u, jacobian):
+        nq, nv = self.model.nq, self.nv
+        mujoco.mj_differentiatePos(self.model, self._diff, 1.0, self.target, x[:nq])
+        r = self._diff[self.dofs].copy()
+        if self.wrapped.size:
+            r[self.wrapped] = _wrap_angle(r[self.wrapped])
+        if not jacobian:
+            return r, None, None
+        jq = np.eye(nv)
+        for adr in self._rot:
+            jq[adr:adr + 3, adr:adr + 3] = _so3_right_jacobian_inverse(self._diff[adr:adr + 3])
+        jx = np.zeros((self.size, self.ndx))
+        jx[:, :nv] = jq[self.dofs]
+        return r, jx, None
+
+    def batch_requests(self, jacobian):
+        return None if self._qidx is None else ()
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        r = X[:, self._qidx] - self.target[self._qidx]
+        if self.wrapped.size:
+            r[:, self.wrapped] = _wrap_angle(r[:, self.wrapped])
+        if not jacobian:
+            return r, None, None
+        return r, np.broadcast_to(self._jx, (X.shape[0],) + self._jx.shape).copy(), None
+
+
+def _wrap_angle(a: np.ndarray) -> np.ndarray:
+    """Angles ``a`` [rad] wrapped into ``(−π, π]``."""
+    return np.pi - np.mod(np.pi - a, 2.0 * np.pi)
+
+
+def _linear_qpos_index(model, dofs):
+    """``(len(dofs),)`` qpos index of each DoF when all are plain coordinates (hinge, slide, free
+    translation), else None (a ball or free rotation DoF: quaternion difference)."""
+    out = np.empty(dofs.size, dtype=int)
+    for k, dof in enumerate(dofs):
+        j = int(model.dof_jntid[dof])
+        jt = int(model.jnt_type[j])
+        off = int(dof) - int(model.jnt_dofadr[j])
+        if jt in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
+            out[k] = model.jnt_qposadr[j]
+        elif jt == int(mujoco.mjtJoint.mjJNT_FREE) and off < 3:
+            out[k] = model.jnt_qposadr[j] + off
+        else:
+            return None
+    return out
+
+
+def _so3_right_jacobian_inverse(phi: np.ndarray) -> np.ndarray:
+    """``J_r⁻¹(φ)`` of SO(3) for a rotation vector ``φ`` (3,), exact up to θ = π."""
+    theta = math.sqrt(float(phi @ phi))
+    S = np.array([[0.0, -phi[2], phi[1]], [phi[2], 0.0, -phi[0]], [-phi[1], phi[0], 0.0]])
+    if theta < 1e-6:
+        coef = 1.0 / 12.0 + theta * theta / 720.0
+    else:
+        coef = 1.0 / theta ** 2 - (1.0 + math.cos(theta)) / (2.0 * theta * math.sin(theta))
+    return np.eye(3) + 0.5 * S + coef * (S @ S)
+
+
+def _select_dofs(model, joints, dofs, name):
+    if joints is not None and dofs is not None:
+        raise ParameterError(f"{name}: give joints or dofs, not both")
+    if joints is not None:
+        if isinstance(joints, (str, int, np.integer)):
+            joints = [joints]
+        out = _joint_dofs(model, list(joints), f"{name} joints")
+    elif dofs is not None:
+        out = np.asarray(dofs, dtype=int).reshape(-1)
+        if np.any(out < 0) or np.any(out >= model.nv):
+            raise ParameterError(f"{name}: dof indices must lie in 0..{model.nv - 1}, got {dofs!r}")
+    else:
+        out = np.arange(model.nv)
+    if out.size == 0:
+        raise ParameterError(f"{name}: selects no degrees of freedom")
+    return out
+
+
+class Qvel(Residual):
+    """Generalized-velocity error ``r = v[dofs] − target`` (rad/s or m/s).
+
+    Args:
+      model: the model.
+      target: ``(len(dofs),)`` target velocities (default zero).
+      joints / dofs: which DoFs (default all), as in :class:`Qpos`.
+    """
+
+    def __init__(self, model, target=None, *, joints=None, dofs=None, name: str = "qvel"):
+        super().__init__(model, 0, name)
+        self.dofs = _select_dofs(model, joints, dofs, name)
+        self.size = self.dofs.size
+        self.target = (np.zeros(self.size) if target is None
+                       else as_array(f"{name} target", target, (self.size,)).copy())
+        self._jx = np.zeros((self.size, self.ndx))
+        self._jx[np.arange(self.size), model.nv + self.dofs] = 1.0
+
+    def evaluate(self, data, x, u, jacobian):
+        nq = self.model.nq
+        r = x[nq + self.dofs] - self.target
+        return (r, self._jx.copy(), None) if jacobian else (r, None, None)
+
+    def batch_requests(self, jacobian):
+        return ()
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        r = X[:, self.model.nq + self.dofs] - self.target
+        if not jacobian:
+            return r, None, None
+        return r, np.broadcast_to(self._jx, (X.shape[0],) + self._jx.shape).copy(), None
+
+
+class Control(Residual):
+    """Control error ``r = u[actuators] − target`` (actuator units, e.g. N·m or normalized).
+
+    Args:
+      model: the model.
+      target: ``(len(actuators),)`` target controls (default zero).
+      actuators: actuator names or indices (default all).
+    """
+
+    def __init__(self, model, target=None, *, actuators=None, name: str = "ctrl"):
+        super().__init__(model, 0, name, uses_control=True)
+        if model.nu == 0:
+            raise ParameterError(f"{name}: the model has no actuators")
+        if actuators is None:
+            idx = np.arange(model.nu)
+        else:
+            if isinstance(actuators, (str, int, np.integer)):
+                actuators = [actuators]
+            idx = np.array([_object_id(model, mujoco.mjtObj.mjOBJ_ACTUATOR, "actuator", a,
+                                       f"{name} actuators") for a in actuators], dtype=int)
+        self.actuators = idx
+        self.size = idx.size
+        self.target = (np.zeros(self.size) if target is None
+                       else as_array(f"{name} target", target, (self.size,)).copy())
+        self._ju = np.zeros((self.size, model.nu))
+        self._ju[np.arange(self.size), idx] = 1.0
+
+    def evaluate(self, data, x, u, jacobian):
+        r = u[self.actuators] - self.target
+        return (r, None, self._ju.copy()) if jacobian else (r, None, None)
+
+    def batch_requests(self, jacobian):
+        return ()
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        r = U[:, self.actuators] - self.target
+        if not jacobian:
+            return r, None, None
+        return r, None, np.broadcast_to(self._ju, (U.shape[0],) + self._ju.shape).copy()
+
+
+class MechanicalEnergy(Residual):
+    """Mechanical energy minus a target: ``r = E(q, v) − E_target`` (J), size 1.
+
+    ``E = ½ vᵀM(q)v − m gᵀ c(q)`` with ``m`` the total mass, ``g`` the model's gravity and ``c``
+    the centre of mass (MuJoCo's ``data.energy`` convention: potential zero at the origin).
+    Jacobian: ``∂E/∂v = M v``; ``∂E/∂q = −m gᵀ J_c`` plus ``∂(½ vᵀMv)/∂q`` by forward
+    differences of ``M(q)`` (``mj_crb`` on a scratch ``MjData``).  Used to pump energy into
+    swing-up tasks, where a position cost alone stalls at the hanging stationary point.
+    """
+
+    def __init__(self, model, target: float = 0.0, *, name: str = "energy"):
+        super().__init__(model, 1, name)
+        self.target = float(target)
+        self.mass = float(np.sum(model.body_mass))
+        self.gravity = np.array(model.opt.gravity, dtype=float)
+        self._jac = np.zeros((3, model.nv))
+        self._mv = np.zeros(model.nv)
+        self._mv2 = np.zeros(model.nv)
+        self._scratch = mujoco.MjData(model)
+
+    def energy(self, data) -> float:
+        """E of ``data`` (``mj_kinematics`` + ``mj_comPos`` done); runs ``mj_crb`` on it."""
+        m = self.model
+        mujoco.mj_crb(m, data)
+        mujoco.mj_mulM(m, data, self._mv, data.qvel)
+        potential = -self.mass * float(self.gravity @ data.subtree_com[0])
+        return 0.5 * float(data.qvel @ self._mv) + potential
+
+    def evaluate(self, data, x, u, jacobian):
+        m = self.model
+        r = np.array([self.energy(data) - self.target])
+        if not jacobian:
+            return r, None, None
+        nv = m.nv
+        jx = np.zeros((1, self.ndx))
+        mujoco.mj_jacSubtreeCom(m, data, self._jac, 0)
+        jx[0, :nv] = -self.mass * (self.gravity @ self._jac)
+        jx[0, nv:2 * nv] = self._mv
+        ke = 0.5 * float(data.qvel @ self._mv)
+        s, eps = self._scratch, 1e-6
+        s.qvel[:] = data.qvel
+        for j in range(nv):
+            s.qpos[:] = data.qpos
+            dq = np.zeros(nv)
+            dq[j] = eps
+            mujoco.mj_integratePos(m, s.qpos, dq, 1.0)
+            mujoco.mj_kinematics(m, s)
+            mujoco.mj_comPos(m, s)
+            mujoco.mj_crb(m, s)
+            mujoco.mj_mulM(m, s, self._mv2, s.qvel)
+            jx[0, j] += (0.5 * float(s.qvel @ self._mv2) - ke) / eps
+        return r, jx, None
+
+
+class Combination(Residual):
+    """Linear combination of residuals of equal size: ``r = Σ_k c_k r_k − offset``.
+
+    Jacobians combine the same way, so analytic Jacobians stay analytic.  Example —
+    horizontal distance of the centre of mass from the mean of the feet::
+
+        Combination([(1.0, CenterOfMass(m, axes="xy")),
+                     (-0.5, SitePosition(m, "left_foot", axes="xy")),
+                     (-0.5, SitePosition(m, "right_foot", axes="xy"))])
+
+    (the parts' own targets are subtracted inside each part).
+
+    Args:
+      parts: sequence of ``(coefficient, Residual)``; all residuals of the same size
+        and model.
+      offset: ``(m,)`` constant subtracted at the end (default zero).
+    """
+
+    def __init__(self, parts: Sequence[tuple[float, Residual]], offset=None, *,
+                 name: str = "combination"):
+        parts = list(parts)
+        if not parts:
+            raise ParameterError(f"{name}: needs at least one (coefficient, residual) part")
+        for p in parts:
+            if not (isinstance(p, tuple) and len(p) == 2 and isinstance(p[1], Residual)):
+                raise ParameterError(f"{name}: each part must be (coefficient, Residual), got {p!r}")
+        model = parts[0][1].model
+        size = parts[0][1].size
+        for c, res in parts:
+            if res.model is not model:
+                raise ParameterError(f"{name}: all parts must be built for the same model")
+            if res.size != size:
+                raise ShapeError(f"{name}: part {res.name} has size {res.size}, expected {size}")
+            if not math.isfinite(float(c)):
+                raise NonFiniteError(f"{name}: coefficient of {res.name} is not finite")
+        super().__init__(model, size, name, uses_control=any(r.uses_control for _, r in parts))
+        self.parts = [(float(c), r) for c, r in parts]
+        self.offset = (np.zeros(size) if offset is None
+                       else as_array(f"{name} offset", offset, (size,)).copy())
+
+    def _combine(self, results, lead: tuple, jacobian: bool):
+        """``r = Σ_k c_k r_k − offset`` and the summed Jacobians from the parts' ``(r, J_x, J_u)``
+        (``lead``: ``()`` for one stage, ``(N,)`` for a batch)."""
+        r = np.empty(lead + (self.size,))
+        r[...] = -self.offset
+        jx = np.zeros(lead + (self.size, self.ndx)) if jacobian else None
+        ju = None
+        for (c, _), (ri, jxi, jui) in zip(self.parts, results):
+            r += c * ri
+            if jacobian:
+                if jxi is not None:
+                    jx += c * jxi
+                if jui is not None:
+                    if ju is None:
+                        ju = np.zeros(lead + (self.size, self.nu))
+                    ju += c * jui
+        return r, jx, ju
+
+    def evaluate(self, data, x, u, jacobian):
+        return self._combine([res.evaluate(data, x, u, jacobian) for _, res in self.parts], (), jacobian)
+
+    def batch_requests(self, jacobian):
+        keys = []
+        for _, res in self.parts:
+            req = _batch_requests(res, jacobian)
+            if req is None:
+                return None
+            keys.extend(k for k in req if k not in keys)
+        return tuple(keys)
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        return self._combine([res.batch_evaluate(kin, X, U, jacobian) for _, res in self.parts],
+                             (X.shape[0],), jacobian)
+
+
+class UserResidual(Residual):
+    """A residual given by a Python callable, with central finite-difference Jacobians.
+
+    ``fn(model, data, x, u) -> r (size,)`` is called with ``data`` holding ``x`` after
+    ``mj_kinematics`` + ``mj_comPos`` (it may run further MuJoCo stages on ``data``);
+    ``u`` is None in a terminal cost.  Jacobians perturb the state on the manifold,
+    ``x ⊕ (±ε e_j)`` for every tangent direction ``j < ndx`` (``mj_integratePos`` for
+    ``dq``), and the control ``u ± ε e_j`` when ``uses_control``: ``2 (ndx + nu)``
+    extra calls per stage.
+
+    Args:
+      model: the model.
+      fn: the residual function.
+      size: its output length ``m``.
+      uses_control: whether ``fn`` reads ``u``.
+      eps: finite-difference step (> 0).
+    """
+
+    def __init__(self, model, fn: Callable, size: int, *, uses_control: bool = False,
+                 eps: float = 1e-6, name: str = "user"):
+        if not callable(fn):
+            raise ParameterError(f"{name}: fn must be callable, got {fn!r}")
+        if int(size) < 1:
+            raise ParameterError(f"{name}: size must be at least 1, got {size!r}")
+        super().__init__(model, int(size), name, uses_control=uses_control)
+        self.fn = fn
+        self.eps = check_positive("eps", eps)
+        self._scratch: mujoco.MjData | None = None
+
+    def _call(self, data, x, u):
+        r = as_array(f"residual {self.name} output", self.fn(self.model, data, x, u), (self.size,))
+        return r.copy()
+
+    def _call_at(self, x, u):
+        s = self._scratch
+        _load_state(self.model, s, x, "x")
+        mujoco.mj_kinematics(self.model, s)
+        mujoco.mj_comPos(self.model, s)
+        return self._call(s, x, u)
+
+    def evaluate(self, data, x, u, jacobian):
+        r = self._call(data, x, u)
+        if not jacobian:
+            return r, None, None
+        if self._scratch is None:
+            self._scratch = mujoco.MjData(self.model)
+        m = self.model
+        nq, nv = m.nq, m.nv
+        eps = self.eps
+        jx = np.zeros((self.size, self.ndx))
+        for j in range(self.ndx):
+            cols = []
+            for sign in (1.0, -1.0):
+                xp = x.copy()
+                if j < nv:
+                    dq = np.zeros(nv)
+                    dq[j] = sign * eps
+                    q = xp[:nq].copy()
+                    mujoco.mj_integratePos(m, q, dq, 1.0)
+                    xp[:nq] = q
+                else:
+                    xp[nq + (j - nv)] += sign * eps
+                cols.append(self._call_at(xp, u))
+            jx[:, j] = (cols[0] - cols[1]) / (2 * eps)
+        ju = None
+        if self.uses_control and u is not None:
+            ju = np.zeros((self.size, self.nu))
+            for j in range(self.nu):
+                up, um = u.copy(), u.copy()
+                up[j] += eps
+                um[j] -= eps
+                ju[:, j] = (self._call_at(x, up) - self._call_at(x, um)) / (2 * eps)
+        return r, jx, ju
