@@ -28,7 +28,7 @@ from contactopt.solvers.gdd import (
     SpringDamper,
     gdd_step,
 )
-from contactopt.solvers.gdd import _kernels as K
+from contactopt.solvers.gdd import kernels as K
 from contactopt.testing import check_derivatives, finite_difference_jacobian
 
 # --------------------------------------------------------------------------- fixtures
@@ -862,7 +862,7 @@ def _humanoid_with_friction_loss():
 @pytest.mark.parametrize("make", [humanoid_standing, hand_holding_ball])
 def test_outputs_after_an_incremental_evaluation_match_mj_inverse(make):
     """A step that crosses no breakpoint updates g, M⁻¹g and the constraint rows along the line
-    instead of re-evaluating them (_kernels._evaluate_step); the forces reported at the solution
+    instead of re-evaluating them (kernels._evaluate_step); the forces reported at the solution
     must still be MuJoCo's inverse dynamics at the solution's acceleration."""
     m, d = make()
     humanoid = make is humanoid_standing

@@ -43,7 +43,7 @@ import mujoco
 import numpy as np
 
 from ...errors import NonFiniteError, ParameterError, as_array, check_nonnegative, check_positive
-from . import _kernels as K
+from . import kernels as K
 from .problem import GDDProblem
 
 _ENTRIES: dict = {}
@@ -195,7 +195,7 @@ class CostArrays:
         m1 = sum(t.rows for t in terms if t.kind == "rows")
         m2 = sum(t.rows for t in terms if t.kind == "force_rows")
         # every array except Kf2 is a view of one buffer, which the solver kernel takes
-        # whole (layout: see _kernels.cost_views; dims = (km, kd, m1, m2))
+        # whole (layout: see kernels.cost_views; dims = (km, kd, m1, m2))
         self.dims = (km, kd, m1, m2)
         self.buffer = np.zeros(km * (nv + 1) + kd * (2 * nv + 1) + m1 * (nv + 2) + m2 * (nv + 2))
         o = 0
@@ -336,7 +336,7 @@ class SpringDamper:
                  orientation=None, rot_stiffness: float | None = None,
                  rot_damping: float | None = None, max_acceleration: float | None = None,
                  axes=None):
-        # layout: goal (3), k, b, cap (0: none), axes (3), offset (3) — _kernels.SPRING_LEN
+        # layout: goal (3), k, b, cap (0: none), axes (3), offset (3) — kernels.SPRING_LEN
         self._kbuf = np.zeros(K.SPRING_LEN)
         self._kbuf[6:9] = 1.0
         self.position = as_array("position", position, (3,))
@@ -404,7 +404,7 @@ class SpringDamper:
         return self._kbuf[6:9].copy()
 
     def _kernel_gains(self):
-        """``(k, b, cap or 0)`` for :func:`_kernels.spring_residual` (current attributes)."""
+        """``(k, b, cap or 0)`` for :func:`kernels.spring_residual` (current attributes)."""
         return float(self._kbuf[3]), float(self._kbuf[4]), float(self._kbuf[5])
 
     @property
@@ -490,7 +490,7 @@ class _FixedTarget:
             raise ParameterError(f"target acceleration must have shape (3,) or (6,), got {value.shape}")
         self.value = value.copy()
         self.dim = value.size
-        # spring layout (_kernels.SPRING_LEN) with k = b = 0 and the value as offset
+        # spring layout (kernels.SPRING_LEN) with k = b = 0 and the value as offset
         self._kbuf = np.zeros(K.SPRING_LEN)
         if self.dim == 3:
             self._kbuf[9:12] = self.value
@@ -561,7 +561,7 @@ class CostTerm(abc.ABC):
     def _fast_spec(self):
         """What the compiled solver needs to evaluate this term itself (None: it cannot).
 
-        A dict with ``code`` (``_kernels.TERM_*``), ``kind`` and the term's arrays;
+        A dict with ``code`` (``kernels.TERM_*``), ``kind`` and the term's arrays;
         see :class:`contactopt.solvers.gdd.solver.GDDSolver` (fast path).
         """
         return None
@@ -1022,7 +1022,7 @@ class CenterOfMassAcceleration(CostTerm):
                 anc[k, model.dof_bodyid == p] = 1.0
                 p = int(model.body_parentid[p])
         self._ancestors = anc
-        # per dof (the compiled step's Jacobian, _kernels._add_com_jac): the body whose
+        # per dof (the compiled step's Jacobian, kernels._add_com_jac): the body whose
         # subtree_com is the centre of mass of the part of the subtree the dof moves, and that
         # part's share of the subtree's mass (−1, 0: the dof does not move the subtree)
         com_body = np.full(model.nv, -1, dtype=np.int64)

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...errors import ParameterError, as_array
 from ...model import actuator_moment_matrix
-from . import _kernels as K
+from . import kernels as K
 
 __all__ = ["ActuationModel", "ActuationArrays", "GDDProblem", "build_problem"]
 
@@ -226,7 +226,7 @@ class ActuationArrays:
     force bound and, for them, Cbox ``(nb, nv)`` (rows of B⁺), Bdir ``(nb, nv)``
     (columns of B), lo, hi ``(nb,)``.  packed: all of ``Zt, Cbox, Bdir, Bpinv`` (row-major)
     then ``lo, hi, gain, bias, ctrl_lo, ctrl_hi`` in one array, the form the solver kernel
-    takes (see :func:`_kernels.gdd_solve`).
+    takes (see :func:`kernels.gdd_solve`).
     """
 
     B: np.ndarray
@@ -377,7 +377,7 @@ class GDDProblem:
         return self.J.shape[0]
 
     def row_kinds(self):
-        """``(kind, cdim, cmu, cfric)`` of the constraint rows (see :func:`_kernels.row_kinds`)."""
+        """``(kind, cdim, cmu, cfric)`` of the constraint rows (see :func:`kernels.row_kinds`)."""
         if self._kinds is None:
             n = self.nefc
             kind = np.empty(n, dtype=np.int64)

@@ -1,6 +1,6 @@
 """A plain NumPy/SciPy reference solve of goal-directed dynamics (for tests, not for speed).
 
-The compiled solver (:mod:`contactopt.solvers.gdd.solver`, kernels in ``_kernels``) solves,
+The compiled solver (:mod:`contactopt.solvers.gdd.solver`, kernels in ``kernels``) solves,
 at one state (q, v)::
 
     a* = argmin_a  F(a) = ½ g(a)ᵀ M⁻¹ g(a) + ℓ(a)

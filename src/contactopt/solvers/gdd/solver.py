@@ -9,7 +9,7 @@ Given a state (q, v) and a cost ℓ(a) over accelerations, find::
 where ``g(a) = M a + c − Jᵀ f(J a − aref)`` is MuJoCo's inverse dynamics with
 its soft constraints (contacts, joint limits, friction loss, equalities), read
 from ONE MuJoCo evaluation of the state and iterated on in compiled code
-(:mod:`contactopt.solvers.gdd._kernels`):
+(:mod:`contactopt.solvers.gdd.kernels`):
 
 * Gauss-Newton with ``P = ∂g/∂a = M + JᵀH[s]J`` (eq. 15) and Hessian
   ``P R P + H[ℓ]`` (eq. 18), ``R = M⁻¹``; exact inside each piece where the
@@ -28,7 +28,7 @@ the hot path once it is large enough for the number of constraint rows).
 Compiled step: when every cost term is a built-in one (end-effector / centre-of-mass
 terms with a spring-damper or fixed target, damping, fixed or :class:`PostureTarget`
 acceleration targets) and the model is dense, pyramidal, with state-independent
-actuation, one compiled call (:func:`_kernels.gdd_fast`) reads MuJoCo's arrays directly —
+actuation, one compiled call (:func:`kernels.gdd_fast`) reads MuJoCo's arrays directly —
 the inertia from ``d.M`` and its factor ``M = Lᵀ D L`` from ``d.qLD`` (tree-sparse, as
 ``mj_fwdPosition`` left it), the forces, and the frame Jacobians and ``J̇v`` from
 ``cdof``/``cdof_dot``/``cvel`` (as ``mj_jac``/``mj_jacDot``/``mj_jacSubtreeCom``) — and
@@ -68,7 +68,7 @@ import numpy as np
 
 from ...errors import NonFiniteError, ParameterError, as_array, check_positive
 from ...simulate import SimulationError
-from . import _kernels as K
+from . import kernels as K
 from .costs import _STRUCTURE, Cost, CostTerm
 from .problem import ActuationModel, DataViews, GDDProblem
 
@@ -232,7 +232,7 @@ class GDDResult:
 
     The scalar statistics are read from the kernel's statistics vector on access.  The
     kernel's outputs live in one float buffer (``qfrc | efc_force | actuator_force | ctrl |
-    statistics | qacc | efc_state | log``, the layout :func:`_kernels.gdd_fast` writes) and the
+    statistics | qacc | efc_state | log``, the layout :func:`kernels.gdd_fast` writes) and the
     array attributes are views of it made on access: building a result costs one allocation,
     not eight.
     """
@@ -418,7 +418,7 @@ class GDDSolver:
         self._scales = np.zeros((4, 0))
         self._views = None
         self._entry = None
-        self._wsf = np.zeros(0)  # kernel workspace (grown on demand, see _kernels._ws_sizes)
+        self._wsf = np.zeros(0)  # kernel workspace (grown on demand, see kernels._ws_sizes)
         self._wsi = np.zeros(0, dtype=np.int64)
         self._pattern_of = None  # actuation arrays whose sparsity the workspace holds
         self._actbuf = None  # their packed form (ActuationArrays.packed)
@@ -672,13 +672,13 @@ class GDDSolver:
     def _solve_fast(self, data, cost, plan, sp, initial_qacc, t0, stages):
         """The compiled step (see :meth:`solve`): problem, cost terms and solve in one call.
 
-        After the first solve of a plan the call is :func:`_kernels.gdd_step`: the stages
+        After the first solve of a plan the call is :func:`kernels.gdd_step`: the stages
         (``stages``: ``mj_fwdPosition`` + ``mj_fwdVelocity``) run inside it and the constraint
         rows are read through the ``mjData`` struct.  Later solves with the same cost and
         ``data`` go straight from :meth:`solve` to that call (the "hot" path: the step context
         and the warm start are already in place).  The first solve, or every solve where
         that entry is unavailable (:data:`NATIVE_STEP`), runs the stages here and passes the
-        rows as the bindings' array views (:func:`_kernels.gdd_fast`); the results are the same.
+        rows as the bindings' array views (:func:`kernels.gdd_fast`); the results are the same.
         Kept lean on purpose: it runs once per simulation step, and its Python overhead is
         a visible part of the step time (see ``contactopt bench gdd``)."""
         native = plan.native
@@ -724,7 +724,7 @@ class GDDSolver:
 
     def _fast_result(self, data, cost, plan, buf, nefc, t0):
         """The :class:`GDDResult` of a compiled step (``buf``: its packed float output, the
-        layout of :func:`_kernels.gdd_fast`)."""
+        layout of :func:`kernels.gdd_fast`)."""
         act = plan.act
         nc = act.gain.size
         nv = self.model.nv
@@ -741,7 +741,7 @@ class GDDSolver:
         return GDDResult._packed(act.Zt, buf, nv, nefc, nc, data.ncon, time.perf_counter() - t0)
 
     def _step_context(self, plan, data, sp):
-        """The context of :func:`_kernels.gdd_step` for this plan, ``data`` and the solver's
+        """The context of :func:`kernels.gdd_step` for this plan, ``data`` and the solver's
         current buffers, cached in ``self._ctx``: ``(plan, data, entry, ctx with stages, ctx
         without, result maker (:func:`_result_maker`), the arrays it points to)``.  The tuple keeps those arrays alive;
         :meth:`_invalidate` drops it whenever one of them is replaced."""
@@ -784,7 +784,7 @@ class GDDSolver:
         return cx
 
     def _solve_native(self, data, cost, plan, sp, t0, stages):
-        """:meth:`_solve_fast` through :func:`_kernels.gdd_step` (one compiled call per step,
+        """:meth:`_solve_fast` through :func:`kernels.gdd_step` (one compiled call per step,
         from ``self._abuf`` as the initial guess)."""
         cx = self._step_context(plan, data, sp)
         code = cx[2](cx[3] if stages else cx[4])
@@ -793,7 +793,7 @@ class GDDSolver:
         return self._native_retry(data, cost, plan, code, t0)
 
     def _native_retry(self, data, cost, plan, code, t0):
-        """:func:`_kernels.gdd_step` stopped before solving (``code`` = −need): more constraint
+        """:func:`kernels.gdd_step` stopped before solving (``code`` = −need): more constraint
         rows than so far or a workspace too small.  Grow what is short and solve again (the
         stages are computed; ``a``, λ and μ are untouched)."""
         ip = self._iparams
@@ -814,7 +814,7 @@ class GDDSolver:
         raise RuntimeError("internal error: the compiled step keeps asking for more memory")  # pragma: no cover
 
     def _native_result(self, data, cost, plan, code, t0):
-        """The :class:`GDDResult` of a :func:`_kernels.gdd_step` call that returned ``code`` =
+        """The :class:`GDDResult` of a :func:`kernels.gdd_step` call that returned ``code`` =
         16 · (floats written) + status: one copy of its output buffer, whose views are the
         result's arrays."""
         need = code >> 4
@@ -907,13 +907,13 @@ def _kernel_entry(fn, args):
         return fn
 
 
-_STEP_ENTRY = []  # [entry point of _kernels.gdd_step] once compiled
+_STEP_ENTRY = []  # [entry point of kernels.gdd_step] once compiled
 _perf_counter = time.perf_counter
 
 
 def _result_maker(Zt, nv, nc, fixed):
     """``make(buf, code, ncon, solve_time)``: the :class:`GDDResult` of a converged-or-not (but
-    finite) :func:`_kernels.gdd_step` call that returned ``code``, on its output copy ``buf``
+    finite) :func:`kernels.gdd_step` call that returned ``code``, on its output copy ``buf``
     (all actuators controllable) — :meth:`GDDResult._packed` with this solver's constants bound,
     for the hot path of :meth:`GDDSolver.solve`.  It sets the attributes of
     :meth:`GDDResult._setup` itself (one Python call less per solve): keep the two in step."""
@@ -938,9 +938,9 @@ def _result_maker(Zt, nv, nc, fixed):
 
 
 def _step_entry():
-    """The compiled entry point of :func:`_kernels.gdd_step`, or None where the ``mjData``
+    """The compiled entry point of :func:`kernels.gdd_step`, or None where the ``mjData``
     layout is not the one measured at import (:func:`_efc_layout`): then every solve takes
-    :func:`_kernels.gdd_fast` with the stages and row views from Python."""
+    :func:`kernels.gdd_fast` with the stages and row views from Python."""
     if _efc_layout() is None:
         return None
     if not _STEP_ENTRY:
@@ -952,7 +952,7 @@ def _step_entry():
     return _STEP_ENTRY[0]
 
 
-#: dtype and dimensions of each array slot of the step context (``_kernels.AS_*``)
+#: dtype and dimensions of each array slot of the step context (``kernels.AS_*``)
 _SLOT_TYPES = {K.AS_SI: (np.int64, 1), K.AS_SPAN: (np.float64, 1), K.AS_DOFF: (np.int64, 1),
                K.AS_PTAB: (np.int64, 2), K.AS_M: (np.float64, 2), K.AS_C: (np.float64, 1),
                K.AS_DQ: (np.float64, 1), K.AS_ACT: (np.float64, 1), K.AS_SCALES: (np.float64, 2),
@@ -965,7 +965,7 @@ _SLOT_TYPES = {K.AS_SI: (np.int64, 1), K.AS_SPAN: (np.float64, 1), K.AS_DOFF: (n
 
 def _factor_layout_ok(model) -> bool:
     """Whether ``data.qLD`` holds ``M = Lᵀ D L`` in the CSR layout of ``model.M_rownnz/M_rowadr/
-    M_colind`` (what the compiled step reads), checked once at ``qpos0``: ``_kernels.ldl_factor``
+    M_colind`` (what the compiled step reads), checked once at ``qpos0``: ``kernels.ldl_factor``
     of ``data.M`` must reproduce it (MuJoCo versions that keep ``qLD`` in another layout use the
     general path)."""
     try:
@@ -991,7 +991,7 @@ class _FastPlan:
     """How the compiled step evaluates one cost for one solver (see :meth:`GDDSolver.solve`).
 
     ``ok`` is False when some term is not built in (the general path is used then).
-    ``si``: the static int array (``_kernels.SI_*`` header: model structure, the term table
+    ``si``: the static int array (``kernels.SI_*`` header: model structure, the term table
     and the subtree body lists); ``tparams``: the terms' parameter arrays (weights, targets:
     the terms' own arrays, so changes of weight, activity and goals are seen without
     rebuilding; a term never replaces them, it writes into them); ``ptab (n, 2)``: their
@@ -1008,7 +1008,7 @@ class _FastPlan:
         self.terms = list(cost.terms) if isinstance(cost, Cost) else None
         self.ok = False
         self.entry = None
-        self.native = None  # entry point of _kernels.gdd_step, after the first solve
+        self.native = None  # entry point of kernels.gdd_step, after the first solve
         if isinstance(cost, Cost):
             terms = cost.terms
         elif isinstance(cost, CostTerm):
@@ -1097,18 +1097,18 @@ class _FastPlan:
         self.ok = True
 
 
-#: run the compiled step through :func:`_kernels.gdd_step` (stages and constraint rows read in
-#: the compiled call) where the ``mjData`` layout allows; False: :func:`_kernels.gdd_fast` with the
+#: run the compiled step through :func:`kernels.gdd_step` (stages and constraint rows read in
+#: the compiled call) where the ``mjData`` layout allows; False: :func:`kernels.gdd_fast` with the
 #: stages and array views from Python (the same results, a few µs slower per step)
 NATIVE_STEP = True
 
-#: ``mjData`` fields of the constraint rows read by ``gdd_step``, by ``_kernels.DL_*`` index
+#: ``mjData`` fields of the constraint rows read by ``gdd_step``, by ``kernels.DL_*`` index
 _EFC_FIELDS = ("efc_J", "efc_aref", "efc_D", "efc_R", "efc_frictionloss", "efc_type")
 _EFC_LAYOUT = []  # [layout or None] once measured
 
 
 def _efc_layout():
-    """Byte offsets (``_kernels.DL_*``, int64) in the ``mjData`` struct of ``nefc`` and of the
+    """Byte offsets (``kernels.DL_*``, int64) in the ``mjData`` struct of ``nefc`` and of the
     pointer fields of the constraint rows, or None (no native MuJoCo calls in this installation
     or a layout other than ``mjdata.h``'s: ``nefc`` the fifth ``int`` after the ``timer`` array).
 
@@ -1199,7 +1199,7 @@ def _check_data(model, data) -> None:
             f"{sizes} vs the solver's {(model.nq, model.nv, model.na, model.nu, model.nbody)})")
 
 
-#: MuJoCo fixed-size arrays the compiled step reads, by ``_kernels.DO_*`` offset index
+#: MuJoCo fixed-size arrays the compiled step reads, by ``kernels.DO_*`` offset index
 _SPAN_FIELDS = ("M", "qpos", "qvel", "qfrc_bias", "qfrc_passive", "qfrc_applied", "xfrc_applied",
                 "cdof", "cdof_dot", "cvel", "subtree_com", "xipos", "xpos", "site_xpos",
                 "qLD", "qLDiagInv")
