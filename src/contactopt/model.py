@@ -52,6 +52,7 @@ __all__ = [
     "ActuationMap",
     "actuator_moment_matrix",
     "actuation_map",
+    "actuator_force_ranges",
     "with_timestep",
     "num_steps",
     "total_mass",
@@ -349,6 +350,27 @@ class ActuationMap:
     def rank(self) -> int:
         """Rank of ``B`` (number of independently actuated directions)."""
         return self.B.shape[0] - self.unactuated_basis.shape[1]
+
+
+def actuator_force_ranges(model: mujoco.MjModel) -> tuple[np.ndarray, np.ndarray]:
+    """Force range ``(lo (nu,), hi (nu,))`` of each actuator [N or N·m] (±∞ where it has none).
+
+    ``actuator_forcerange`` for force-limited actuators; for ctrl-limited actuators whose force
+    is ``gain · ctrl`` (fixed gain, no bias, no activation dynamics) also ``gain ·
+    actuator_ctrlrange`` (the intersection where both apply).
+    """
+    nu = model.nu
+    lo, hi = np.full(nu, -np.inf), np.full(nu, np.inf)
+    for i in range(nu):
+        if model.actuator_forcelimited[i]:
+            lo[i], hi[i] = model.actuator_forcerange[i]
+        affine = (int(model.actuator_gaintype[i]) == int(mujoco.mjtGain.mjGAIN_FIXED)
+                  and int(model.actuator_biastype[i]) == int(mujoco.mjtBias.mjBIAS_NONE)
+                  and int(model.actuator_dyntype[i]) == int(mujoco.mjtDyn.mjDYN_NONE))
+        if model.actuator_ctrllimited[i] and affine:
+            c = model.actuator_gainprm[i, 0] * model.actuator_ctrlrange[i]
+            lo[i], hi[i] = max(lo[i], float(c.min())), min(hi[i], float(c.max()))
+    return lo, hi
 
 
 def actuation_map(model: mujoco.MjModel, qpos=None, data: mujoco.MjData | None = None,

@@ -276,8 +276,12 @@ class Qpos(Residual):
 
 
 def _wrap_angle(a: np.ndarray) -> np.ndarray:
-    """Angles ``a`` [rad] wrapped into ``(−π, π]``."""
-    return np.pi - np.mod(np.pi - a, 2.0 * np.pi)
+    """Angles ``a`` [rad] wrapped into ``(−π, π]``; angles already inside are returned bit for bit."""
+    a = np.array(a, dtype=float)
+    out = (a > np.pi) | (a <= -np.pi)
+    if np.any(out):
+        a[out] = np.pi - np.mod(np.pi - a[out], 2.0 * np.pi)
+    return a
 
 
 def _linear_qpos_index(model, dofs):

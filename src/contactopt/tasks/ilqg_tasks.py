@@ -178,14 +178,14 @@ def _hopper_cost(m):
     terms = [CostTerm(Qvel(m, [HOP_VX], dofs=[0], name="vx"), SmoothAbs(0.2), w["vx"]),
              CostTerm(SitePosition(m, "torso", target=[0.0, 0.0, HOP_HEIGHT], axes="z"),
                       SmoothAbs(HOP_HEIGHT_ALPHA), w["height"]),
-             CostTerm(Qpos(m, np.zeros(m.nq), dofs=[2]), SmoothAbs(0.2), w["pitch"]),
+             CostTerm(Qpos(m, np.zeros(m.nq), dofs=[2], wrap=False), SmoothAbs(0.2), w["pitch"]),
              CostTerm(Control(m), Cosh(0.5), w["ctrl"])]
     if w["qvel"]:
         terms.append(CostTerm(Qvel(m), Quadratic(), w["qvel"]))
     if HOP_KNEE[0]:
         qk = np.zeros(m.nq)
         qk[4] = HOP_KNEE[1]
-        terms.append(CostTerm(Qpos(m, qk, dofs=[4], name="knee"), Quadratic(), HOP_KNEE[0]))
+        terms.append(CostTerm(Qpos(m, qk, dofs=[4], name="knee", wrap=False), Quadratic(), HOP_KNEE[0]))
     if w["foot"]:
         foot = Combination([(1.0, SitePosition(m, "foot", axes="x")),
                             (-1.0, CenterOfMass(m, axes="x"))],
@@ -198,7 +198,7 @@ def _hopper_cost(m):
         for sign in (1.0, -1.0):
             qp = np.zeros(m.nq)
             qp[2] = sign * HOP_PITCH_BOUND[1]
-            terms.append(CostTerm(Qpos(m, qp, dofs=[2], name="pitch_bound"), OneSidedQuadratic(upper=sign > 0),
+            terms.append(CostTerm(Qpos(m, qp, dofs=[2], name="pitch_bound", wrap=False), OneSidedQuadratic(upper=sign > 0),
                                   HOP_PITCH_BOUND[0]))
     return TrajectoryCost(StageCost(m, terms), timestep=m.opt.timestep)
 

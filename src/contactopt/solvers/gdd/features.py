@@ -159,12 +159,11 @@ def quasi_static_path_check(model: mujoco.MjModel, q0, terms, *, points: int = 2
     Returns:
       a one-sentence reason, or None when every path can be held.
     """
-    from ...model import actuation_map
-    from ..idto.problem import IDTOProblem
+    from ...model import actuation_map, actuator_force_ranges
 
     amap = actuation_map(model, q0)
     B_pinv = np.linalg.pinv(amap.B) if amap.B.shape[1] else np.zeros((0, model.nv))
-    lo, hi = IDTOProblem.actuator_force_ranges(model)
+    lo, hi = actuator_force_ranges(model)
     floating = bool(np.any(model.jnt_type == int(mujoco.mjtJoint.mjJNT_FREE)))
     d = mujoco.MjData(model)
     for t in terms:

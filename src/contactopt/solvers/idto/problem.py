@@ -89,7 +89,7 @@ from ... import native
 from ...contact.compliant import CompliantContactModel
 from ...contact.compliant_batch import CompliantContactBatch
 from ...errors import ParameterError, as_array, check_positive
-from ...model import actuation_map
+from ...model import actuation_map, actuator_force_ranges
 from .knot_cost import KnotCost
 
 __all__ = ["IDTOProblem", "Trajectory", "Linearization"]
@@ -399,24 +399,8 @@ class IDTOProblem:
 
     @staticmethod
     def actuator_force_ranges(model: mujoco.MjModel):
-        """Force range ``(lo (nu,), hi (nu,))`` of each actuator (±∞ where it has none).
-
-        ``actuator_forcerange`` for force-limited actuators; for ctrl-limited actuators whose force
-        is ``gain · ctrl`` (fixed gain, no bias, no activation dynamics) also ``gain ·
-        actuator_ctrlrange`` (the intersection where both apply).
-        """
-        nu = model.nu
-        lo, hi = np.full(nu, -np.inf), np.full(nu, np.inf)
-        for i in range(nu):
-            if model.actuator_forcelimited[i]:
-                lo[i], hi[i] = model.actuator_forcerange[i]
-            affine = (int(model.actuator_gaintype[i]) == int(mujoco.mjtGain.mjGAIN_FIXED)
-                      and int(model.actuator_biastype[i]) == int(mujoco.mjtBias.mjBIAS_NONE)
-                      and int(model.actuator_dyntype[i]) == int(mujoco.mjtDyn.mjDYN_NONE))
-            if model.actuator_ctrllimited[i] and affine:
-                c = model.actuator_gainprm[i, 0] * model.actuator_ctrlrange[i]
-                lo[i], hi[i] = max(lo[i], float(c.min())), min(hi[i], float(c.max()))
-        return lo, hi
+        """:func:`contactopt.model.actuator_force_ranges` (kept as the problem's own name)."""
+        return actuator_force_ranges(model)
 
     def _setup_actuator_limits(self, weight, margin) -> None:
         """Soft actuator-limit rows: which actuators, their (shrunk) ranges and ``u = B⁺τ``."""
