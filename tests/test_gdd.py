@@ -974,7 +974,7 @@ def test_posture_target_matches_mj_differentiate_pos(rng):
     xml = xml.replace('<joint type="hinge" axis="0 1 0"/>', '<joint name="j" type="hinge" axis="0 1 0"/>')
     m = mujoco.MjModel.from_xml_string(xml)
     d = mujoco.MjData(m)
-    from contactopt.solvers.gdd.solver import _FastPlan
+    from contactopt.solvers.gdd.fast_plan import _FastPlan
 
     for _ in range(5):
         q1 = rng.normal(size=m.nq)

@@ -8,12 +8,12 @@
 
 from .costs import (
     AccelerationTarget,
+    AccelerationTerm,
     CenterOfMassAcceleration,
     CenterOfPressure,
     ContactForce,
     Cost,
     CostArrays,
-    CostTerm,
     Damping,
     EndEffectorAcceleration,
     FrameState,
@@ -41,7 +41,7 @@ __all__ = [
     "GDDSolver", "GDDSettings", "GDDResult", "GDDIterationLog", "GDDStatus", "LineSearch", "DualUpdate",
     "gdd_step",
     # cost terms
-    "Cost", "CostTerm", "CostArrays", "TermModel", "FrameState", "SpringDamper", "MinimumJerk",
+    "Cost", "AccelerationTerm", "CostArrays", "TermModel", "FrameState", "SpringDamper", "MinimumJerk",
     "EndEffectorAcceleration", "Damping", "CenterOfMassAcceleration", "CenterOfPressure",
     "ContactForce", "AccelerationTarget", "PostureTarget",
     # per-state quantities

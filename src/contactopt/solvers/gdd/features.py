@@ -37,7 +37,7 @@ import numpy as np
 from ...costs import Control, CostTerm, Qpos, Quadratic
 from ...errors import ParameterError
 from ...model import actuation_map
-from .costs import CostTerm as AccelerationTerm
+from .costs import AccelerationTerm
 from .problem import GDDProblem
 
 __all__ = ["ControlFeature", "ResidualFeature", "acceleration_terms"]

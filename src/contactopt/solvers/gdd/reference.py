@@ -51,7 +51,7 @@ import scipy.linalg
 import scipy.optimize
 
 from ...errors import ParameterError
-from .costs import Cost, CostTerm
+from .costs import AccelerationTerm, Cost
 from .problem import ActuationModel, GDDProblem
 
 __all__ = ["ReferenceResult", "solve_reference"]
@@ -115,7 +115,7 @@ def solve_reference(model: mujoco.MjModel, data: mujoco.MjData, cost, *, tol: fl
     Args:
       model, data: the MuJoCo model and the state (pyramidal cones give the exact piecewise
         quadratic that phase 2 relies on).
-      cost: a :class:`Cost` or a single :class:`CostTerm`.
+      cost: a :class:`Cost` or a single :class:`AccelerationTerm`.
       tol: relative step size at which the Newton polish stops.
       max_polish: Newton steps allowed in phase 2.
 
@@ -125,10 +125,10 @@ def solve_reference(model: mujoco.MjModel, data: mujoco.MjData, cost, *, tol: fl
     Raises:
       ParameterError: a bad cost, or the polish did not settle on an active set.
     """
-    if isinstance(cost, CostTerm):
+    if isinstance(cost, AccelerationTerm):
         cost = Cost(cost)
     if not isinstance(cost, Cost):
-        raise ParameterError(f"cost must be a Cost or a CostTerm, got {type(cost).__name__}")
+        raise ParameterError(f"cost must be a Cost or an AccelerationTerm, got {type(cost).__name__}")
     mujoco.mj_fwdPosition(model, data)
     mujoco.mj_fwdVelocity(model, data)
     am = ActuationModel(model)
