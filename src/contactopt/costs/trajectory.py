@@ -21,6 +21,15 @@ __all__ = [
 # =========================================================================== trajectory costs
 
 
+def _check_trajectory(X, U, nx: int, nu: int):
+    """``(X (T+1, nx), U (T, nu))`` checked: shapes, finiteness, ``T ≥ 1``."""
+    U = as_array("U", U, (None, nu))
+    if U.shape[0] < 1:
+        raise ParameterError("horizon must be at least one step (U has 0 rows)")
+    X = as_array("X", X, (U.shape[0] + 1, nx))
+    return X, U
+
+
 class TrajectoryCostLike(Protocol):
     """What a trajectory optimizer needs from a cost (see :class:`TrajectoryCost`)."""
 
@@ -83,11 +92,7 @@ class TrajectoryCost:
         self._data = mujoco.MjData(self.model)
 
     def _check(self, X, U):
-        U = as_array("U", U, (None, self.nu))
-        if U.shape[0] < 1:
-            raise ParameterError("horizon must be at least one step (U has 0 rows)")
-        X = as_array("X", X, (U.shape[0] + 1, self.nx))
-        return X, U
+        return _check_trajectory(X, U, self.nx, self.nu)
 
     def stage_values(self, X, U) -> np.ndarray:
         """Per-stage costs ``(T+1,)`` (running stages multiplied by ``h``)."""
@@ -162,11 +167,7 @@ class LinearQuadraticCost:
         self.u_ref = np.zeros(nu) if u_ref is None else as_array("u_ref", u_ref, (nu,))
 
     def _check(self, X, U):
-        U = as_array("U", U, (None, self.nu))
-        if U.shape[0] < 1:
-            raise ParameterError("horizon must be at least one step (U has 0 rows)")
-        X = as_array("X", X, (U.shape[0] + 1, self.nx))
-        return X, U
+        return _check_trajectory(X, U, self.nx, self.nu)
 
     def stage_values(self, X, U) -> np.ndarray:
         """Per-stage costs ``(T+1,)``."""
