@@ -165,7 +165,7 @@ register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et
                          Option("fast_path", bool, True, "use IDTO's diagonal weights for quadratic "
                                 "tracking costs"),
                          Option("workers", int, 1, "threads for the Jacobian"),
-                         Option("samples", int, 8, "perturbed control sequences rolled out after each "
+                         Option("samples", int, 16, "perturbed control sequences rolled out after each "
                                 "update; a cheaper one restarts the plan (0: plain IDTO)"),
                          Option("sample_scale", float, 0.5, "their standard deviation, as a fraction of "
                                 "each control's range"),
