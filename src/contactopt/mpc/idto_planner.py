@@ -43,6 +43,7 @@ from ..model import actuation_map
 from ..solvers.idto import IDTOProblem, IDTOResult, IDTOSettings, IDTOSolver, IDTOStatus
 from .policy import Policy
 from .runner import BREAKDOWN_KEYS, PlannerUpdate
+from .sampling import best_perturbed_rollout
 
 __all__ = ["IDTOPolicy", "IDTOPlanner", "UniformCubicSpline", "resample_trajectory", "feedforward_controls"]
 
@@ -356,39 +357,28 @@ class IDTOPlanner:
 
     def _sample(self, res: IDTOResult) -> IDTOResult:
         """Sampling escape (``samples > 0``): roll the problem's model (MuJoCo, step ``h``) out from
-        the measured state under ``samples`` smooth perturbations of the plan's controls, rank them
-        by ``sample_cost`` (the task's shared cost) against the plan's own cost
-        (:meth:`~contactopt.solvers.idto.IDTOProblem.task_cost`), and when a rollout is cheaper
-        re-solve from its configurations (a dynamically consistent guess); the new plan is kept
-        (``sample_iterations`` iterations) when its IDTO cost is lower.  Perturbations as :class:`~contactopt.mpc.ILQGPlanner`'s."""
+        the measured state under ``samples`` smooth perturbations of the plan's controls
+        (:func:`~contactopt.mpc.sampling.best_perturbed_rollout`), rank them by ``sample_cost`` (the
+        task's shared cost) against the open-loop rollout of the plan's own controls, and when a
+        rollout is cheaper re-solve from its configurations (a dynamically consistent guess) with
+        ``sample_iterations`` iterations; the new plan is kept when its IDTO cost is lower."""
         from ..dynamics import MujocoDynamics
 
         if self._sampler is None:
             self._sampler = MujocoDynamics(self.problem.model)
         dyn, cost = self._sampler, self.sample_cost
-        lo, hi = dyn.control_lower, dyn.control_upper
-        span = np.where(np.isfinite(hi - lo), hi - lo, 2.0)
-        U = np.clip(res.tau @ self._ff_map, lo, hi)
-        T, nu = U.shape
+        U = np.clip(res.tau @ self._ff_map, dyn.control_lower, dyn.control_upper)
         nq, nv = self.problem.nq, self.problem.nv
         x0 = np.zeros(dyn.nx)
         x0[:nq], x0[nq:nq + nv] = res.q[0], self.problem.v_init
         plan = dyn.rollout(x0, U)
-        best = float(cost.total(plan.X, U)) if not plan.diverged else math.inf
-        best_q = None
-        grid = np.linspace(0.0, self.sample_knots - 1.0, T)
-        for _ in range(self.samples):
-            values = self._rng.normal(size=(self.sample_knots, nu)) * (self.sample_scale * span)
-            noise = np.stack([np.interp(grid, np.arange(self.sample_knots), values[:, j]) for j in range(nu)], 1)
-            Us = np.clip(U + noise, lo, hi)
-            roll = dyn.rollout(x0, Us)
-            if roll.diverged:
-                continue
-            c = float(cost.total(roll.X, Us))
-            if c < best:
-                best, best_q = c, roll.X[:, :nq]
-        if best_q is None:
+        bar = float(cost.total(plan.X, U)) if not plan.diverged else math.inf
+        best = best_perturbed_rollout(dyn, cost, x0, U, dyn.control_lower, dyn.control_upper, self._rng,
+                                      samples=self.samples, scale=self.sample_scale, knots=self.sample_knots,
+                                      bar=bar)
+        if best is None:
             return res
+        best_q = best[2][:, :nq]
         radius = self.solver.trust_radius
         new = self.solver.solve(best_q, max_iterations=self.sample_iterations)
         if new.status is not IDTOStatus.FACTORIZATION_FAILED and new.cost < res.cost:

@@ -12,6 +12,7 @@ from ..errors import ContactoptError, ParameterError
 from ..solvers.ilqg import ILQG, ILQGResult, ILQGSettings
 from .policy import TrajectoryPolicy
 from .runner import BREAKDOWN_KEYS, PlannerUpdate
+from .sampling import best_perturbed_rollout
 
 __all__ = ["ILQGPlanner"]
 
@@ -112,24 +113,13 @@ class ILQGPlanner:
     def _sample(self, res: ILQGResult) -> ILQGResult:
         """The best of ``samples`` smooth perturbations of ``res``'s controls, improved by one
         iLQG iteration, when it beats ``res`` (class docstring); else ``res``."""
-        lo, hi = self.solver.control_lower, self.solver.control_upper
-        span = np.where(np.isfinite(hi - lo), hi - lo, 2.0)
-        T, nu = res.U.shape
-        knots = self.sample_knots
-        grid = np.linspace(0.0, knots - 1.0, T)
-        best_cost, best_U = float(res.cost), None
-        for _ in range(self.samples):
-            values = self._rng.normal(size=(knots, nu)) * (self.sample_scale * span)
-            noise = np.stack([np.interp(grid, np.arange(knots), values[:, j]) for j in range(nu)], axis=1)
-            U = np.clip(res.U + noise, lo, hi)
-            roll = self.dynamics.rollout(res.X[0], U)
-            if roll.diverged:
-                continue
-            cost = float(self.solver.cost.total(roll.X, U))
-            if cost < best_cost:
-                best_cost, best_U = cost, U
-        if best_U is None:
+        best = best_perturbed_rollout(self.dynamics, self.solver.cost, res.X[0], res.U, self.solver.control_lower,
+                                      self.solver.control_upper, self._rng,
+                                      samples=self.samples, scale=self.sample_scale, knots=self.sample_knots,
+                                      bar=float(res.cost))
+        if best is None:
             return res
+        best_U = best[1]
         new = self.solver.solve(res.X[0], best_U, max_iterations=1)
         return new if new.ok and new.cost < res.cost else res
 
