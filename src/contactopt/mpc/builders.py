@@ -102,11 +102,8 @@ def _may_collide(model: mujoco.MjModel) -> bool:
     if model.npair:
         return True
     ct, ca, body = model.geom_contype, model.geom_conaffinity, model.geom_bodyid
-    for i in range(model.ngeom):
-        for j in range(i + 1, model.ngeom):
-            if body[i] != body[j] and ((ct[i] & ca[j]) or (ct[j] & ca[i])):
-                return True
-    return False
+    mask = ((ct[:, None] & ca[None, :]) | (ct[None, :] & ca[:, None])) != 0
+    return bool(np.any(mask & (body[:, None] != body[None, :])))
 
 
 def build_idto(task, plant, options, weights):

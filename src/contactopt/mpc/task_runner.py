@@ -52,7 +52,7 @@ def _metric(task, plant):
 
     def running_cost(model, data):
         x = np.concatenate([data.qpos, data.qvel, data.act])
-        return stage.value(x, data.ctrl.copy() if model.nu else None) if stage.uses_control else stage.value(x)
+        return stage.value(x, data.ctrl.copy() if stage.uses_control else None)
 
     return running_cost
 
