@@ -63,8 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds spent timing each measurement (default 0.2)")
     b.add_argument("--plots", type=Path, default=None, metavar="DIR",
                    help="write the benchmark's PNG figures into this existing directory")
-    b.add_argument("--seeds", type=int, default=None, metavar="N",
-                   help="seeded closed-loop runs per task (benchmarks of the MPC planners; default 10)")
+    b.add_argument("--seeds", default=None, metavar="N|A:B",
+                   help="seeded closed-loop runs per task: a count N (seeds 0..N-1) or a range A:B "
+                        "(bench ilqg/idto: a count, default 10; bench tasks: default 0:8)")
+    b.add_argument("--tasks", action="append", default=None, metavar="TASK",
+                   help="bench tasks: a bundled task name or task file (repeatable or comma-separated; "
+                        "default: every bundled task)")
+    b.add_argument("--planner", default=None, help="bench tasks: run only this planner")
+    b.add_argument("--load", action="store_true",
+                   help="bench tasks: keep one core busy with another process for the whole run")
     b.add_argument("--records", type=int, default=None, metavar="N",
                    help="states per model in the recorded dataset (bench gdd; default 20000)")
     b.set_defaults(func=cmd_bench)
@@ -255,13 +262,27 @@ def cmd_bench(args) -> int:
         if not args.plots.is_dir():
             raise ParameterError(f"--plots: directory {args.plots} does not exist")
         options["plots"] = args.plots
-    for name, doing in (("seeds", "runs no seeded tasks"), ("records", "records no dataset")):
+    for name, doing in (("seeds", "runs no seeded tasks"), ("records", "records no dataset"),
+                        ("tasks", "takes no task list"), ("planner", "takes no planner"),
+                        ("load", "has no load condition")):
         value = getattr(args, name)
-        if value is None:
+        if value is None or value is False:
             continue
         if name not in bench.options:
             raise ParameterError(f"benchmark {bench.name!r} {doing} (--{name} is not supported)")
-        if value < 1:
+        if name == "seeds":
+            from .bench.tasks_bench import parse_seed_range
+
+            seeds = parse_seed_range(value)
+            if bench.name != "tasks":  # the planner benchmarks take a count of seeds from 0
+                if seeds.start != 0:
+                    raise ParameterError(f"bench {bench.name} takes a count of seeds (--seeds N), got {value!r}")
+                value = len(seeds)
+            else:
+                value = seeds
+        elif name == "tasks":
+            value = [t.strip() for item in value for t in item.split(",") if t.strip()]
+        elif name == "records" and value < 1:
             raise ParameterError(f"--{name} must be >= 1, got {value}")
         options[name] = value
     result = bench.run(args.model, min_time=args.min_time, **options)

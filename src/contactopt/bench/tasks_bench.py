@@ -1,0 +1,262 @@
+"""``contactopt bench tasks``: success rates of every task × planner pair over a seed range.
+
+Each pair runs closed loop once per seed, at the task's own defaults (duration, target
+slowdown, lag mode, planner settings) — the runs ``contactopt run TASK --planner P --seed S``
+makes.  A row reports:
+
+* ``successes`` / ``success_rate`` over ``seeds`` (``"A:B"``, Python's half-open range);
+* ``time_to_success_median``: median simulated seconds until the success test had held;
+* ``update_ms_median``: median wall milliseconds of a planner update (over all runs);
+* ``failures``: the runs that did not succeed, by kind — ``fell`` (the task's latched failure
+  test fired), ``timeout`` (the run ended without success) or ``error: …`` (the planner refused
+  the task or raised, with its message);
+* ``mode``: the runner's mode (``sync`` with the measured or a fixed lag, or ``async``).
+
+``--load`` keeps one core busy with a spinning process for the whole run (the condition of a
+researcher's machine doing something else); the JSON says which load each rate was measured
+under.  Task files (``--tasks path/to/task.py``) run with the generic planners (``ilqg``, ``idto``,
+``gdd`` or ``--planner``) through :func:`contactopt.mpc.task_runner.run_task`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ContactoptError, ParameterError
+from ..progress import progress_bar
+from . import Benchmark, format_table, register_benchmark
+
+__all__ = ["run", "table", "parse_seed_range", "busy_core", "pairs"]
+
+#: Planners a task file is checked with when ``--planner`` is not given.
+FILE_PLANNERS = ("ilqg", "idto", "gdd")
+
+
+def parse_seed_range(text) -> range:
+    """``"A:B"`` → ``range(A, B)``; ``"N"`` or an int ``N`` → ``range(0, N)``.
+
+    Raises:
+      ParameterError: not of that form, negative, or empty.
+    """
+    if isinstance(text, range):
+        seeds = text
+    else:
+        text = str(text).strip()
+        try:
+            if ":" in text:
+                a, b = text.split(":")
+                seeds = range(int(a), int(b))
+            else:
+                seeds = range(0, int(text))
+        except ValueError:
+            raise ParameterError(f"--seeds {text!r}: expected N or A:B (e.g. 0:32)") from None
+    if seeds.start < 0 or len(seeds) == 0 or seeds.step != 1:
+        raise ParameterError(f"--seeds {text!r}: expected a non-empty range of seeds >= 0 (e.g. 0:32)")
+    return seeds
+
+
+def _spin() -> None:  # pragma: no cover - runs in the load process
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def busy_core(enable: bool = True):
+    """Keep one CPU core busy (a spinning child process) while the block runs."""
+    if not enable:
+        yield
+        return
+    proc = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
+    proc.start()
+    try:
+        yield
+    finally:
+        proc.terminate()
+        proc.join(5.0)
+
+
+def pairs(tasks=None, planner: str | None = None) -> list[tuple[str, str]]:
+    """The ``(task, planner)`` pairs to run: each bundled task (or task file) in ``tasks`` (all
+    bundled tasks by default) with each planner it is checked with, or only ``planner``."""
+    from ..mpc import registry
+    from ..tasks import available_tasks, load_task
+
+    if planner is not None:
+        registry.spec(planner)  # unknown names list the valid ones
+    names = sorted(available_tasks()) if not tasks else list(tasks)
+    out = []
+    for name in names:
+        if name.endswith(".py") or os.sep in name:
+            if not Path(name).is_file():
+                raise ParameterError(f"--tasks: no task file {name}")
+            out += [(name, p) for p in ((planner,) if planner else FILE_PLANNERS)]
+            continue
+        spec = load_task(name)  # an unknown name lists the tasks
+        if planner is None:
+            out += [(name, p) for p in spec.planners]
+        elif planner in spec.planners or spec.task_factory is not None:
+            out.append((name, planner))
+        else:
+            raise ParameterError(f"task {name!r} has no form planner {planner!r} can run "
+                                 f"(its planners: {', '.join(spec.planners)})")
+    return out
+
+
+def _runner(name: str, planner: str):
+    """``(seed) -> report`` for one pair (a bundled runner, or the generic path)."""
+    from ..tasks import load_task
+
+    if name.endswith(".py") or os.sep in name:
+        from ..mpc.task_runner import run_task
+        from ..task import load_task_file
+
+        task = load_task_file(name)
+        return lambda seed: run_task(task, planner, seed=seed).report
+    spec = load_task(name)
+    if planner in spec.runners:
+        runner = spec.runner(planner)
+        return lambda seed: runner(seed=seed)
+    from ..mpc.task_runner import run_task
+
+    task = spec.task()
+    return lambda seed: run_task(task, planner, seed=seed).report
+
+
+def _update_ms(report: dict) -> float | None:
+    for key in ("iteration_ms_median", "solve_ms_median", "update_ms_median"):
+        if report.get(key) is not None:
+            return float(report[key])
+    return None
+
+
+def _failure_kind(report: dict) -> str:
+    return "fell" if report.get("time_of_failure") is not None else "timeout"
+
+
+def run_pair(name: str, planner: str, seeds: range, *, bar=None) -> dict:
+    """One row of the benchmark: ``name`` × ``planner`` over ``seeds`` (see the module docstring)."""
+    failures: dict[str, int] = {}
+    tts, update_ms, modes = [], [], set()
+    successes = 0
+    t0 = time.perf_counter()
+    try:
+        runner = _runner(name, planner)
+    except ContactoptError as exc:
+        runner = None
+        error = f"error: {exc}"
+    for seed in seeds:
+        if runner is None:
+            failures[error] = failures.get(error, 0) + 1
+        else:
+            try:
+                report = runner(seed)
+            except ContactoptError as exc:
+                kind = f"error: {exc}"
+            else:
+                if report.get("success"):
+                    successes += 1
+                    if report.get("time_to_success") is not None:
+                        tts.append(float(report["time_to_success"]))
+                    kind = None
+                else:
+                    kind = _failure_kind(report)
+                ms = _update_ms(report)
+                if ms is not None:
+                    update_ms.append(ms)
+                if report.get("mode"):
+                    modes.add(str(report["mode"]))
+            if kind is not None:
+                failures[kind] = failures.get(kind, 0) + 1
+        if bar is not None:
+            bar.update(1)
+    return {
+        "task": name, "planner": planner, "seeds": f"{seeds.start}:{seeds.stop}",
+        "successes": successes, "success_rate": successes / len(seeds),
+        "time_to_success_median": float(np.median(tts)) if tts else None,
+        "update_ms_median": float(np.median(update_ms)) if update_ms else None,
+        "failures": failures, "mode": "/".join(sorted(modes)) or None,
+        "wall_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, seeds="0:8", tasks=None,
+        planner: str | None = None, load: bool = False, plots=None) -> dict:
+    """Run every selected task × planner pair over ``seeds``.
+
+    Args:
+      models: unused (tasks are chosen with ``tasks``); kept for the benchmark signature.
+      min_time: unused.
+      seeds: ``"A:B"``, a count ``N`` (= ``0:N``) or a ``range``.
+      tasks: bundled task names and/or task files (default: every bundled task).
+      planner: run only this planner (a task with a planner-independent form runs with any).
+      load: keep one core busy for the whole run.
+      plots: optional existing directory for ``tasks.png`` (success rate per pair).
+
+    Returns:
+      ``{"rows": [{"task", "planner", "seeds", "successes", "success_rate",
+      "time_to_success_median", "update_ms_median", "failures", "mode", "wall_s"}, ...],
+      "load": "one core busy" | "none", "cpu_count": int}``.
+    """
+    if models:
+        raise ParameterError("bench tasks chooses tasks with --tasks, not --model")
+    seeds = parse_seed_range(seeds)
+    todo = pairs(tasks, planner)
+    rows = []
+    with busy_core(load), progress_bar(total=len(todo) * len(seeds), desc="bench tasks", unit="run",
+                                       enable=progress) as bar:
+        for name, p in todo:
+            rows.append(run_pair(name, p, seeds, bar=bar))
+    result = {"rows": rows, "load": "one core busy" if load else "none", "cpu_count": os.cpu_count()}
+    if plots is not None:
+        plot_rates(result, Path(plots) / "tasks.png")
+    return result
+
+
+def plot_rates(result: dict, path) -> None:
+    """A horizontal bar chart of each pair's success rate (PNG at ``path``)."""
+    from ..plots import new_figure, save_figure
+
+    rows = result["rows"]
+    fig, axes = new_figure(1, 1, row_height=max(2.0, 0.35 * len(rows) + 1.0))
+    ax = axes[0, 0]
+    labels = [f"{r['task']} / {r['planner']}" for r in rows]
+    rates = [100 * r["success_rate"] for r in rows]
+    y = np.arange(len(rows))
+    ax.barh(y, rates, color=["tab:green" if v >= 90 else "tab:orange" if v >= 50 else "tab:red" for v in rates])
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.axvline(90, color="k", lw=0.8, ls="--")
+    seeds = rows[0]["seeds"] if rows else ""
+    ax.set_xlabel(f"success rate [%] on seeds {seeds} (load: {result['load']})")
+    save_figure(fig, path)
+
+
+def table(result: dict) -> str:
+    """The rows as text; failures as ``kind×n``."""
+    rows = []
+    for r in result["rows"]:
+        fails = ", ".join(f"{k}×{n}" for k, n in sorted(r["failures"].items()))
+        rows.append({**r, "rate": f"{r['successes']}/{r['successes'] + sum(r['failures'].values())}",
+                     "fails": fails or "-"})
+    text = format_table(rows, [
+        ("task", "task", "{}"), ("planner", "planner", "{}"), ("seeds", "seeds", "{}"), ("rate", "success", "{}"),
+        ("time_to_success_median", "t success [s]", "{:.2f}"), ("update_ms_median", "update ms", "{:.1f}"),
+        ("mode", "mode", "{}"), ("fails", "failures", "{}"),
+    ])
+    return text + f"\nload: {result['load']} ({result['cpu_count']} cores)"
+
+
+register_benchmark(Benchmark(
+    name="tasks",
+    description="success rate of every task × planner pair over a seed range (--seeds A:B, --tasks, --planner, --load)",
+    run=run,
+    table=table,
+    options=("seeds", "plots", "tasks", "planner", "load"),
+))

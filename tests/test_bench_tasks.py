@@ -1,0 +1,90 @@
+"""``contactopt bench tasks``: seed ranges, pair selection, failure kinds, JSON rows, the load process."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from contactopt.bench import tasks_bench
+from contactopt.errors import ContactoptError, ParameterError
+
+ROOT = Path(__file__).resolve().parents[1]
+PENDULUM = str(ROOT / "examples" / "pendulum" / "pendulum_task.py")
+ROW_KEYS = {"task", "planner", "seeds", "successes", "success_rate", "time_to_success_median",
+            "update_ms_median", "failures"}
+
+
+def test_seed_ranges():
+    assert tasks_bench.parse_seed_range("0:32") == range(0, 32)
+    assert tasks_bench.parse_seed_range("1000:1032") == range(1000, 1032)
+    assert tasks_bench.parse_seed_range("5") == range(0, 5)
+    assert tasks_bench.parse_seed_range(3) == range(0, 3)
+    for bad in ("x", "3:1", "0:0", "-2:4", "1:2:3", ""):
+        with pytest.raises(ParameterError, match="--seeds"):
+            tasks_bench.parse_seed_range(bad)
+
+
+def test_pairs_follow_the_registry():
+    all_pairs = tasks_bench.pairs()
+    assert ("acrobot", "ilqg") in all_pairs and ("acrobot", "idto") in all_pairs
+    assert ("humanoid-reach", "gdd") in all_pairs
+    assert tasks_bench.pairs(["acrobot"], "idto") == [("acrobot", "idto")]
+    assert tasks_bench.pairs([PENDULUM]) == [(PENDULUM, p) for p in tasks_bench.FILE_PLANNERS]
+    with pytest.raises(ContactoptError, match="unknown task"):
+        tasks_bench.pairs(["no-such-task"])
+    with pytest.raises(ContactoptError, match="gdd"):  # an unknown planner lists the valid ones
+        tasks_bench.pairs(["acrobot"], "no-such-planner")
+    with pytest.raises(ParameterError, match="no task file"):
+        tasks_bench.pairs(["missing/task.py"])
+
+
+def test_a_refusing_planner_is_a_counted_error_not_a_crash():
+    """GDD refuses the torque-limited pendulum before the run: every seed counts as that error."""
+    row = tasks_bench.run_pair(PENDULUM, "gdd", range(0, 2))
+    assert ROW_KEYS <= set(row)
+    assert row["successes"] == 0 and row["success_rate"] == 0.0
+    (kind, n), = row["failures"].items()
+    assert n == 2 and kind.startswith("error: ") and "actuator" in kind
+
+
+def test_busy_core_runs_and_stops():
+    import multiprocessing
+
+    before = len(multiprocessing.active_children())
+    with tasks_bench.busy_core(True):
+        time.sleep(0.3)
+        assert len(multiprocessing.active_children()) == before + 1
+    assert len(multiprocessing.active_children()) == before
+
+
+def test_cli_errors_are_one_line():
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "contactopt", "bench", *args], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+
+    for args, needle in ((("tasks", "--seeds", "9:3"), "--seeds"), (("ilqg", "--seeds", "3:5"), "a count"),
+                         (("tasks", "--tasks", "nope"), "unknown task"), (("contact", "--load"), "--load")):
+        p = run(*args)
+        assert p.returncode == 1, (args, p.stderr)
+        assert p.stderr.startswith("contactopt: error: ") and needle in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.slow
+def test_json_rows_of_a_closed_loop_pair(tmp_path):
+    """The pendulum with iLQG over two seeds: JSON rows with every key, and the plot."""
+    out = tmp_path / "tasks.json"
+    p = subprocess.run([sys.executable, "-m", "contactopt", "bench", "tasks", "--tasks", PENDULUM, "--planner",
+                        "ilqg", "--seeds", "0:2", "--json", "--out", str(out), "--plots", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert p.returncode == 0, p.stderr
+    result = json.loads(out.read_text())
+    (row,) = result["rows"]
+    assert ROW_KEYS <= set(row) and row["seeds"] == "0:2" and row["planner"] == "ilqg"
+    assert row["successes"] + sum(row["failures"].values()) == 2
+    assert row["update_ms_median"] > 0 and result["load"] == "none"
+    assert (tmp_path / "tasks.png").stat().st_size > 1000
