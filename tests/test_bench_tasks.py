@@ -88,3 +88,53 @@ def test_json_rows_of_a_closed_loop_pair(tmp_path):
     assert row["successes"] + sum(row["failures"].values()) == 2
     assert row["update_ms_median"] > 0 and result["load"] == "none"
     assert (tmp_path / "tasks.png").stat().st_size > 1000
+
+
+def test_calibrated_lag_rounds_up_and_is_cached(tmp_path):
+    from contactopt.mpc.calibration import LAG_GRID, calibrated_lag
+
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"policy_lag_ms": 12.3}
+
+    path = tmp_path / "lag.json"
+    lag, cached = calibrated_lag("t", "ilqg", 1.0, measure, path=path)
+    assert not cached and lag == pytest.approx(0.013) and lag >= 0.0123
+    assert abs(lag / LAG_GRID - round(lag / LAG_GRID)) < 1e-9
+    lag2, cached2 = calibrated_lag("t", "ilqg", 1.0, measure, path=path)
+    assert cached2 and lag2 == lag and len(calls) == 1
+    lag3, cached3 = calibrated_lag("t", "ilqg", 2.0, measure, path=path)  # another slowdown: another key
+    assert not cached3 and len(calls) == 2
+    path.write_text("not json")  # a damaged cache is recalibrated, not an error
+    assert calibrated_lag("t", "ilqg", 1.0, measure, path=path) == (lag, False)
+    with pytest.raises(ContactoptError, match="measured no lag"):
+        calibrated_lag("u", "ilqg", 1.0, lambda: {"policy_lag_ms": None}, path=path)
+
+
+def test_deterministic_flag_conflicts_are_one_line():
+    p = subprocess.run([sys.executable, "-m", "contactopt", "run", PENDULUM, "--deterministic", "--lag", "0.01"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert p.returncode == 1 and "--deterministic" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.slow
+def test_deterministic_runs_repeat_exactly(tmp_path):
+    """Two ``--deterministic`` runs of one seed (measured-lag planner) give the same trajectory."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "XDG_CACHE_HOME": str(tmp_path)}
+    reports = []
+    for i in range(2):
+        out = tmp_path / f"run{i}.npz"
+        p = subprocess.run([sys.executable, "-m", "contactopt", "run", PENDULUM, "--seconds", "2", "--deterministic",
+                            "--json", "--save-trajectory", str(out)], capture_output=True, text=True, timeout=300,
+                           env=env)
+        assert p.returncode in (0, 3), p.stderr
+        reports.append(json.loads(p.stdout))
+    assert reports[0]["lag_s"] == reports[1]["lag_s"] > 0
+    assert reports[1]["lag_source"].endswith("(cached)")
+    import numpy as np
+
+    a, b = np.load(tmp_path / "run0.npz"), np.load(tmp_path / "run1.npz")
+    assert np.array_equal(a["qpos"], b["qpos"]) and np.array_equal(a["ctrl"], b["ctrl"])

@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--planner", default=None, help="bench tasks: run only this planner")
     b.add_argument("--load", action="store_true",
                    help="bench tasks: keep one core busy with another process for the whole run")
+    b.add_argument("--deterministic", action="store_true",
+                   help="bench tasks: pairs that measure the lag use a fixed lag calibrated once on this machine")
     b.add_argument("--records", type=int, default=None, metavar="N",
                    help="states per model in the recorded dataset (bench gdd; default 20000)")
     b.set_defaults(func=cmd_bench)
@@ -102,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MPC planners: wall seconds per simulated second (default: the task's target, 1 = real time)")
     r.add_argument("--lag", type=float, default=None, metavar="SECONDS",
                    help="MPC planners, sync mode: fixed policy lag in simulated seconds (default: measured)")
+    r.add_argument("--deterministic", action="store_true",
+                   help="MPC planners, sync mode: a fixed lag calibrated once on this machine (cached) instead of "
+                        "the measured one, so runs of a seed repeat exactly; the report gives the lag")
     r.add_argument("--push", action="append", default=None, metavar="T:BODY:FX,FY,FZ[:DURATION]",
                    help="MPC planners: push BODY at time T (s) with a world force in N for DURATION s "
                         "(default 0.1); repeatable")
@@ -264,7 +269,7 @@ def cmd_bench(args) -> int:
         options["plots"] = args.plots
     for name, doing in (("seeds", "runs no seeded tasks"), ("records", "records no dataset"),
                         ("tasks", "takes no task list"), ("planner", "takes no planner"),
-                        ("load", "has no load condition")):
+                        ("load", "has no load condition"), ("deterministic", "has no lag to fix")):
         value = getattr(args, name)
         if value is None or value is False:
             continue
@@ -334,6 +339,8 @@ def _check_run_args(args) -> None:
         raise ParameterError(f"--lag must be a number of seconds >= 0, got {args.lag}")
     if args.lag is not None and args.mode == "async":
         raise ParameterError("--lag applies to --mode sync (async mode measures the lag)")
+    if args.deterministic and (args.lag is not None or args.mode == "async"):
+        raise ParameterError("--deterministic fixes the sync-mode lag itself; it excludes --lag and --mode async")
     for flag, value in (("--mass-scale", args.mass_scale), ("--friction-scale", args.friction_scale)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ParameterError(f"{flag} must be a positive number, got {value}")
@@ -381,11 +388,21 @@ def cmd_run_file(args, task=None, default_planner: str = "ilqg") -> int:
     settings = _parse_settings(args.settings)
     _check_run_args(args)
     pushes = [_parse_push(text) for text in args.push or ()]
-    run = run_task(task, planner, seed=args.seed, seconds=args.seconds, mode=args.mode or "sync",
-                   lag=args.lag, slowdown=args.slowdown or 1.0, pushes=pushes,
-                   mass_scale=args.mass_scale or 1.0, friction_scale=args.friction_scale or 1.0,
-                   settings=settings)
+    common = dict(mode=args.mode or "sync", slowdown=args.slowdown or 1.0, mass_scale=args.mass_scale or 1.0,
+                  friction_scale=args.friction_scale or 1.0, settings=settings)
+    lag, lag_note = args.lag, None
+    if args.deterministic:
+        from .mpc.calibration import CALIBRATION_SECONDS, calibrated_lag
+
+        lag, cached = calibrated_lag(
+            task.name, planner, common["slowdown"],
+            lambda: run_task(task, planner, seed=args.seed, seconds=min(CALIBRATION_SECONDS, task.duration),
+                             **common).report)
+        lag_note = "calibrated on this machine" + (" (cached)" if cached else "")
+    run = run_task(task, planner, seed=args.seed, seconds=args.seconds, lag=lag, pushes=pushes, **common)
     report = run.report
+    if lag_note is not None:
+        report["lag_s"], report["lag_source"] = lag, lag_note
     if args.save_trajectory is not None:
         save_trajectory(run, args.save_trajectory)
         report["trajectory"] = str(args.save_trajectory)
@@ -437,7 +454,14 @@ def cmd_run(args) -> int:
                 key = {"pushes": "push"}.get(key, key).replace("_", "-")
                 raise ParameterError(f"--{key} does not apply to the {args.planner or spec.planners[0]!r} "
                                      f"planner of {spec.name!r}")
+    lag_note = None
+    if args.deterministic:
+        from .mpc.calibration import runner_fixed_lag
+
+        lag_note = runner_fixed_lag(spec.name, args.planner or spec.planners[0], runner, options, args.seed)
     report = runner(seconds=args.seconds, seed=args.seed, video=args.video, plot=args.plot, **options)
+    if lag_note is not None:
+        report["lag_s"], report["lag_source"] = options.get("lag"), lag_note
     _print_report(report, args.json)
     return 0 if report.get("success", True) else 3
 

@@ -10,7 +10,7 @@ makes.  A row reports:
 * ``failures``: the runs that did not succeed, by kind — ``fell`` (the task's latched failure
   test fired), ``timeout`` (the run ended without success) or ``error: …`` (the planner refused
   the task or raised, with its message);
-* ``mode``: the runner's mode (``sync`` with the measured or a fixed lag, or ``async``).
+* ``mode``: ``sync measured lag``, ``sync fixed lag`` or ``async`` (the runs' mode).
 
 ``--load`` keeps one core busy with a spinning process for the whole run (the condition of a
 researcher's machine doing something else); the JSON says which load each rate was measured
@@ -108,24 +108,32 @@ def pairs(tasks=None, planner: str | None = None) -> list[tuple[str, str]]:
     return out
 
 
-def _runner(name: str, planner: str):
-    """``(seed) -> report`` for one pair (a bundled runner, or the generic path)."""
+def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int = 0):
+    """``(seed) -> report`` for one pair (a bundled runner, or the generic path).  With
+    ``deterministic`` a measured lag is replaced by the pair's calibrated fixed lag
+    (:mod:`contactopt.mpc.calibration`, calibrated from ``seed``)."""
+    from ..mpc.calibration import CALIBRATION_SECONDS, calibrated_lag, runner_fixed_lag
+    from ..mpc.task_runner import run_task
     from ..tasks import load_task
 
     if name.endswith(".py") or os.sep in name:
-        from ..mpc.task_runner import run_task
         from ..task import load_task_file
 
         task = load_task_file(name)
-        return lambda seed: run_task(task, planner, seed=seed).report
-    spec = load_task(name)
-    if planner in spec.runners:
-        runner = spec.runner(planner)
-        return lambda seed: runner(seed=seed)
-    from ..mpc.task_runner import run_task
-
-    task = spec.task()
-    return lambda seed: run_task(task, planner, seed=seed).report
+    else:
+        spec = load_task(name)
+        if planner in spec.runners:
+            runner = spec.runner(planner)
+            options: dict = {}
+            if deterministic:
+                runner_fixed_lag(name, planner, runner, options, seed)
+            return lambda s: runner(seed=s, **options)
+        task = spec.task()
+    lag = None
+    if deterministic:
+        lag, _ = calibrated_lag(task.name, planner, 1.0, lambda: run_task(
+            task, planner, seed=seed, seconds=min(CALIBRATION_SECONDS, task.duration)).report)
+    return lambda s: run_task(task, planner, seed=s, lag=lag).report
 
 
 def _update_ms(report: dict) -> float | None:
@@ -135,18 +143,25 @@ def _update_ms(report: dict) -> float | None:
     return None
 
 
+def _mode(report: dict) -> str:
+    """``sync measured lag``, ``sync fixed lag`` or ``async`` (the report's mode and lag)."""
+    if report.get("mode") != "sync":
+        return str(report.get("mode"))
+    return "sync measured lag" if report.get("lag") in (None, "measured") else "sync fixed lag"
+
+
 def _failure_kind(report: dict) -> str:
     return "fell" if report.get("time_of_failure") is not None else "timeout"
 
 
-def run_pair(name: str, planner: str, seeds: range, *, bar=None) -> dict:
+def run_pair(name: str, planner: str, seeds: range, *, bar=None, deterministic: bool = False) -> dict:
     """One row of the benchmark: ``name`` × ``planner`` over ``seeds`` (see the module docstring)."""
     failures: dict[str, int] = {}
     tts, update_ms, modes = [], [], set()
     successes = 0
     t0 = time.perf_counter()
     try:
-        runner = _runner(name, planner)
+        runner = _runner(name, planner, deterministic=deterministic, seed=seeds.start)
     except ContactoptError as exc:
         runner = None
         error = f"error: {exc}"
@@ -170,7 +185,7 @@ def run_pair(name: str, planner: str, seeds: range, *, bar=None) -> dict:
                 if ms is not None:
                     update_ms.append(ms)
                 if report.get("mode"):
-                    modes.add(str(report["mode"]))
+                    modes.add(_mode(report))
             if kind is not None:
                 failures[kind] = failures.get(kind, 0) + 1
         if bar is not None:
@@ -186,7 +201,7 @@ def run_pair(name: str, planner: str, seeds: range, *, bar=None) -> dict:
 
 
 def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, seeds="0:8", tasks=None,
-        planner: str | None = None, load: bool = False, plots=None) -> dict:
+        planner: str | None = None, load: bool = False, deterministic: bool = False, plots=None) -> dict:
     """Run every selected task × planner pair over ``seeds``.
 
     Args:
@@ -196,6 +211,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
       tasks: bundled task names and/or task files (default: every bundled task).
       planner: run only this planner (a task with a planner-independent form runs with any).
       load: keep one core busy for the whole run.
+      deterministic: pairs whose runs measure the lag use a fixed lag calibrated once per pair on
+        this machine (:mod:`contactopt.mpc.calibration`); their ``mode`` reads ``sync fixed lag``.
       plots: optional existing directory for ``tasks.png`` (success rate per pair).
 
     Returns:
@@ -211,7 +228,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     with busy_core(load), progress_bar(total=len(todo) * len(seeds), desc="bench tasks", unit="run",
                                        enable=progress) as bar:
         for name, p in todo:
-            rows.append(run_pair(name, p, seeds, bar=bar))
+            rows.append(run_pair(name, p, seeds, bar=bar, deterministic=deterministic))
     result = {"rows": rows, "load": "one core busy" if load else "none", "cpu_count": os.cpu_count()}
     if plots is not None:
         plot_rates(result, Path(plots) / "tasks.png")
@@ -258,5 +275,5 @@ register_benchmark(Benchmark(
     description="success rate of every task × planner pair over a seed range (--seeds A:B, --tasks, --planner, --load)",
     run=run,
     table=table,
-    options=("seeds", "plots", "tasks", "planner", "load"),
+    options=("seeds", "plots", "tasks", "planner", "load", "deterministic"),
 ))

@@ -194,6 +194,7 @@ class MPCResult:
       simulated_time: simulated seconds covered.
       fallback_controls: plant steps whose feedback control was not finite (feedforward used).
       mode, slowdown: as run.
+      lag: sync mode: ``"measured"`` or the fixed lag (s); async: ``"real time"``.
     """
 
     time: np.ndarray
@@ -213,6 +214,7 @@ class MPCResult:
     mocap_quat: np.ndarray | None = None
     time_of_failure: float | None = None
     pushes: tuple = ()
+    lag: float | str | None = None
 
     @property
     def realtime_factor(self) -> float:
@@ -255,6 +257,7 @@ class MPCResult:
             "failed_updates": self.failed_updates,
             "fallback_controls": self.fallback_controls,
             "mode": self.mode,
+            "lag": self.lag,
             "slowdown": self.slowdown,
             "simulated_seconds": float(self.simulated_time),
             "breakdown_ms": self.breakdown_ms(),
@@ -389,7 +392,7 @@ class _Plant:
                          wall, float(d.time - self.t[0]) if n else 0.0, self.fallbacks, mode, self.s.slowdown,
                          d.mocap_pos.copy() if self.model.nmocap else None,
                          d.mocap_quat.copy() if self.model.nmocap else None, self.failed_at,
-                         tuple(self.s.pushes))
+                         tuple(self.s.pushes), self.s.lag if mode == "sync" else "real time")
 
 
 def _observe_lag(planner, lag: float) -> None:
