@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``contactopt`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     warnings = _capture_mujoco_warnings()
+    _print_notices_on_one_line()
     try:
         status = int(args.func(args) or 0)
     except ContactoptError as exc:
@@ -143,6 +144,24 @@ def main(argv: list[str] | None = None) -> int:
     for message in dict.fromkeys(warnings):
         print(f"contactopt: mujoco warning: {message}", file=sys.stderr)
     return status
+
+
+def _print_notices_on_one_line() -> None:
+    """Show the library's :class:`~contactopt.errors.ModelNotice` s (e.g. "RK4 switched to
+    implicitfast in the planner's copy") as ``contactopt: notice: …``, one line each."""
+    import warnings
+
+    from .errors import ModelNotice
+
+    show = warnings.showwarning
+
+    def notice(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, ModelNotice):
+            print(f"contactopt: notice: {message}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = notice
 
 
 def _capture_mujoco_warnings() -> list[str]:

@@ -200,6 +200,14 @@ def run_pair(name: str, planner: str, seeds: range, *, bar=None, deterministic: 
     }
 
 
+def _loadavg() -> float | None:
+    """The 1-minute load average of the machine (other processes included), or None."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, seeds="0:8", tasks=None,
         planner: str | None = None, load: bool = False, deterministic: bool = False, plots=None) -> dict:
     """Run every selected task × planner pair over ``seeds``.
@@ -218,18 +226,22 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     Returns:
       ``{"rows": [{"task", "planner", "seeds", "successes", "success_rate",
       "time_to_success_median", "update_ms_median", "failures", "mode", "wall_s"}, ...],
-      "load": "one core busy" | "none", "cpu_count": int}``.
+      "load": "one core busy" | "none" (the bench's own load process), "cpu_count": int,
+      "loadavg_1min": {"start", "end"}}`` (the machine's load average, other processes included:
+      a measured-lag rate means little without it).
     """
     if models:
         raise ParameterError("bench tasks chooses tasks with --tasks, not --model")
     seeds = parse_seed_range(seeds)
     todo = pairs(tasks, planner)
     rows = []
+    load_before = _loadavg()
     with busy_core(load), progress_bar(total=len(todo) * len(seeds), desc="bench tasks", unit="run",
                                        enable=progress) as bar:
         for name, p in todo:
             rows.append(run_pair(name, p, seeds, bar=bar, deterministic=deterministic))
-    result = {"rows": rows, "load": "one core busy" if load else "none", "cpu_count": os.cpu_count()}
+    result = {"rows": rows, "load": "one core busy" if load else "none", "cpu_count": os.cpu_count(),
+              "loadavg_1min": {"start": load_before, "end": _loadavg()}}
     if plots is not None:
         plot_rates(result, Path(plots) / "tasks.png")
     return result
@@ -267,7 +279,9 @@ def table(result: dict) -> str:
         ("time_to_success_median", "t success [s]", "{:.2f}"), ("update_ms_median", "update ms", "{:.1f}"),
         ("mode", "mode", "{}"), ("fails", "failures", "{}"),
     ])
-    return text + f"\nload: {result['load']} ({result['cpu_count']} cores)"
+    la = result.get("loadavg_1min") or {}
+    return text + (f"\nload process: {result['load']}; {result['cpu_count']} cores; 1-min load average "
+                   f"{la.get('start')} at start, {la.get('end')} at end")
 
 
 register_benchmark(Benchmark(
