@@ -17,6 +17,8 @@ __all__ = [
     "ContactoptError",
     "ModelNotFoundError",
     "ModelLoadError",
+    "ModelError",
+    "ModelNotice",
     "ShapeError",
     "NonFiniteError",
     "ParameterError",
@@ -37,6 +39,23 @@ class ModelNotFoundError(ContactoptError, FileNotFoundError):
 
 class ModelLoadError(ContactoptError, ValueError):
     """A model file exists but MuJoCo could not compile it (malformed XML, bad attribute, ...)."""
+
+
+class ModelError(ContactoptError, ValueError):
+    """A compiled model has a feature a planner (or the compiled loops under it) cannot handle.
+
+    Raised before planning starts, by :func:`contactopt.native.check_compiled_loops` (an
+    integrator that ``mjd_transitionFD`` / ``mjd_inverseFD`` do not support: RK4; a
+    ``<size memory="...">`` too small for what the loops allocate) and
+    :func:`contactopt.native.check_horizon_memory` (a horizon whose arrays would not fit in
+    memory).  The message names the model feature and the fix.
+    """
+
+
+class ModelNotice(UserWarning):
+    """Warning category of the changes contactopt makes to a planner's *copy* of a model on the
+    user's behalf (e.g. RK4 → implicitfast in :func:`contactopt.model.planner_model_copy`); the
+    plant is never changed.  Silence with ``warnings.simplefilter("ignore", ModelNotice)``."""
 
 
 class ShapeError(ContactoptError, ValueError):
