@@ -8,13 +8,15 @@
   ``mj_differentiatePos`` (quaternions of free and ball joints handled exactly).
 * The actuation map ``B`` from MuJoCo's actuator transmission and its
   unactuated complement.
-* Time-step handling (``with_timestep``, ``num_steps``).
+* Time-step handling (``with_timestep``, ``num_steps``) and the planner's copy of a model
+  (``planner_model_copy``: a time step and an integrator MuJoCo's derivatives support).
 """
 
 from __future__ import annotations
 
 import copy
 import os
+import warnings
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ import numpy as np
 from .errors import (
     ModelLoadError,
     ModelNotFoundError,
+    ModelNotice,
     ParameterError,
     as_array,
     check_nonnegative,
@@ -54,6 +57,10 @@ __all__ = [
     "actuation_map",
     "actuator_force_ranges",
     "with_timestep",
+    "planner_model_copy",
+    "PLANNER_INTEGRATOR",
+    "DERIVATIVE_UNSUPPORTED_INTEGRATORS",
+    "integrator_name",
     "num_steps",
     "total_mass",
 ]
@@ -430,6 +437,74 @@ def with_timestep(model: mujoco.MjModel, timestep: float) -> mujoco.MjModel:
     h = check_positive("timestep", timestep)
     out = copy.deepcopy(model)
     out.opt.timestep = h
+    _MODEL_LABELS[out] = model_name(model)
+    return out
+
+
+#: the integrator of a planner's copy of a model whose own integrator MuJoCo's derivatives reject
+#: (see :func:`planner_model_copy`)
+PLANNER_INTEGRATOR = int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST)
+
+#: integrators that ``mjd_transitionFD`` and ``mjd_inverseFD`` end with a fatal error ("RK4
+#: integrator is not supported", MuJoCo 4.0), as ``mj_inverse`` does with ``mjENBL_INVDISCRETE``;
+#: Euler, implicit and implicitfast are supported by all three
+DERIVATIVE_UNSUPPORTED_INTEGRATORS = (int(mujoco.mjtIntegrator.mjINT_RK4),)
+
+_INTEGRATOR_NAMES = {int(mujoco.mjtIntegrator.mjINT_EULER): "Euler", int(mujoco.mjtIntegrator.mjINT_RK4): "RK4",
+                     int(mujoco.mjtIntegrator.mjINT_IMPLICIT): "implicit",
+                     int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST): "implicitfast"}
+
+
+def integrator_name(model_or_code) -> str:
+    """``"Euler"``, ``"RK4"``, ``"implicit"`` or ``"implicitfast"`` (the spelling of MJCF's
+    ``<option integrator="...">``) for an ``MjModel`` or an ``mjtIntegrator`` code."""
+    code = int(model_or_code.opt.integrator) if isinstance(model_or_code, mujoco.MjModel) else int(model_or_code)
+    return _INTEGRATOR_NAMES.get(code, f"integrator {code}")
+
+
+def planner_model_copy(model: mujoco.MjModel, timestep: float | None = None, *,
+                       notice: bool = True) -> mujoco.MjModel:
+    """The copy of a plant model a planner plans on: optionally a new time step, and always an
+    integrator that MuJoCo's derivatives support.  ``model`` (the plant) is untouched.
+
+    MuJoCo's ``mjd_transitionFD`` (iLQG's derivatives) and ``mjd_inverseFD`` (IDTO's) end with a
+    fatal error on the RK4 integrator, as ``mj_inverse`` does with ``mjENBL_INVDISCRETE``;
+    inside the compiled loops that ends the process.  The copy of an RK4 model therefore
+    integrates with :data:`PLANNER_INTEGRATOR`, ``implicitfast``.  Of the integrators all three
+    accept (Euler, implicit, implicitfast; checked on MuJoCo 4.0, as is ``mj_step2`` of
+    goal-directed dynamics) it is the most stable at a planner's coarse step (≥ 10 ms by
+    default, against a plant's 1–5 ms), which matters more there than RK4's accuracy: it treats
+    every velocity-dependent force but the Coriolis and centrifugal terms implicitly (joint and
+    actuator damping, velocity actuators, fluid drag), where Euler does so only for joint
+    damping, at about Euler's cost (``implicit`` adds the Coriolis terms and an LU factorization
+    per step; MuJoCo recommends implicitfast for most models).  A one-line
+    :class:`~contactopt.errors.ModelNotice` warning says so (``notice=False`` for none); the
+    plant keeps RK4, so the plan is made on a slightly different discretization of the same
+    dynamics than the one simulated.  Other integrators are kept.
+
+    Args:
+      model: the plant model (not modified).
+      timestep: the planner's ``opt.timestep`` in seconds (> 0); None keeps the model's.
+      notice: emit the :class:`~contactopt.errors.ModelNotice` when the integrator is switched.
+
+    Returns:
+      A new ``MjModel`` (a deep copy) with the same name for :func:`model_name`.
+
+    Raises:
+      ParameterError: ``timestep`` is not positive and finite.
+    """
+    h = None if timestep is None else check_positive("timestep", timestep)
+    out = copy.deepcopy(model)
+    if h is not None:
+        out.opt.timestep = h
+    integ = int(out.opt.integrator)
+    if integ in DERIVATIVE_UNSUPPORTED_INTEGRATORS:
+        out.opt.integrator = PLANNER_INTEGRATOR
+        if notice:
+            old, new = integrator_name(integ), integrator_name(PLANNER_INTEGRATOR)
+            warnings.warn(f"model {model_name(model)}: integrator {old} is not supported by MuJoCo's "
+                          f"derivatives (mjd_transitionFD, mjd_inverseFD); the planner plans on a copy "
+                          f"with integrator {new}, the plant keeps {old}", ModelNotice, stacklevel=2)
     _MODEL_LABELS[out] = model_name(model)
     return out
 

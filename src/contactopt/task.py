@@ -35,7 +35,7 @@ import mujoco
 import numpy as np
 
 from .errors import ContactoptError, ParameterError
-from .model import load_model, with_timestep
+from .model import load_model, planner_model_copy
 
 __all__ = ["Task", "TaskFileError", "default_horizon", "default_planner_timestep", "load_task_file"]
 
@@ -187,8 +187,11 @@ class Task:
         return self.horizon if self.horizon is not None else default_horizon(model)
 
     def make_planner_model(self, plant: mujoco.MjModel, timestep: float) -> mujoco.MjModel:
-        """The planner's model: a copy of ``plant`` at ``timestep``, then :attr:`planner_model`."""
-        m = with_timestep(plant, timestep)
+        """The planner's model: a copy of ``plant`` at ``timestep`` [s] with an integrator MuJoCo's
+        derivatives support (:func:`~contactopt.model.planner_model_copy`: RK4 becomes
+        implicitfast, with a one-line :class:`~contactopt.errors.ModelNotice`), then
+        :attr:`planner_model`.  ``plant`` is untouched."""
+        m = planner_model_copy(plant, timestep)
         if self.planner_model is not None:
             m = self.planner_model(m)
             if not isinstance(m, mujoco.MjModel):

@@ -341,9 +341,6 @@ def table(result: dict) -> str:
 
 
 register_benchmark(Benchmark(
-    name="contact",
-    description="convex contact model: inverse/forward evaluations per second vs Clarabel, ball drop",
-    run=run,
-    table=table,
-    options=("plots",),
-))
+    "contact",
+    "convex contact model: inverse/forward evaluations per second vs Clarabel, ball drop",
+    run, table, ("plots",)))

@@ -103,9 +103,10 @@ def benchmark_model(model: str, *, records: int | None = None, seconds: float | 
         data = record(str(model), n, seconds=seconds, progress=progress)
     record_s = time.perf_counter() - t0
     loaded = load_model(data.specs[0].model)
-    row = {"name": model_name(loaded) if not str(model).lower().endswith(".npz") else
-           f"{model_name(loaded)} ({Path(model).name})",
-           "nv": int(loaded.nv), "nu": int(loaded.nu)}
+    name = model_name(loaded)
+    if str(model) != name:  # a file (a dataset, or a model that may share a bundled model's name)
+        name = f"{name} ({Path(model).name})"
+    row = {"name": name, "nv": int(loaded.nv), "nu": int(loaded.nu)}
     row.update(replay(data, model=loaded, min_time=min_time, progress=progress))
     sessions = data.info.get("sessions", [])
     row["record_seconds"] = record_s
@@ -184,14 +185,11 @@ def table(result: dict) -> str:
         missed = [k for k, ok in r["targets"].items() if not ok]
         parts.append(f"{r['name']}: converged {100 * r['converged_fraction']:.1f} %, replay reproduces the "
                      f"recorded accelerations to {r['replay_max_error']:.1e} m/s², sessions with a fall "
-                     f"{r['sessions_fell']}; targets missed: {', '.join(missed) if missed else 'none'}")
+                     f"{r['sessions_fell']} of {r.get('sessions', '?')}; targets missed: {', '.join(missed) if missed else 'none'}")
     return "\n".join(parts)
 
 
 register_benchmark(Benchmark(
-    name="gdd",
-    description="goal-directed dynamics: µs per step vs mj_forward and solver statistics (paper tables)",
-    run=run,
-    table=table,
-    options=("records",),
-))
+    "gdd",
+    "goal-directed dynamics: µs per step vs mj_forward and solver statistics (paper tables)",
+    run, table, ("records",)))

@@ -717,9 +717,6 @@ def table(result: dict) -> str:
 
 
 register_benchmark(Benchmark(
-    name="idto",
-    description="IDTO: convergence (penalty vs multipliers), iteration time, MPC rate, vs generic least squares",
-    run=run,
-    table=table,
-    options=("plots",),
-))
+    "idto",
+    "IDTO: convergence (penalty vs multipliers), iteration time, MPC rate, vs generic least squares",
+    run, table, ("plots",)))

@@ -218,9 +218,6 @@ def _abl(a) -> str:
 
 
 register_benchmark(Benchmark(
-    name="ilqg",
-    description="iLQG MPC per task: iteration time, success rate, real-time factor, ablation vs textbook",
-    run=run,
-    table=table,
-    options=("seeds",),
-))
+    "ilqg",
+    "iLQG MPC per task: iteration time, success rate, real-time factor, ablation vs textbook",
+    run, table, ("seeds",)))

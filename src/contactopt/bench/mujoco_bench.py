@@ -153,8 +153,6 @@ def table(result: dict) -> str:
 
 
 register_benchmark(Benchmark(
-    name="mujoco",
-    description="mj_step/mj_forward/mj_inverse rates and FD derivative times per model (the yardstick)",
-    run=run,
-    table=table,
-))
+    "mujoco",
+    "mj_step/mj_forward/mj_inverse rates and FD derivative times per model (the yardstick)",
+    run, table))

@@ -514,63 +514,40 @@ def _inverse_contact(b, R, mu, kappa, tol, max_iter, f, o, warm, g3, H3):
 
 
 @njit(cache=True)
-def forward_batch(A_flat, a_off, c, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                  kappa, q, tol, max_iter, f, v, warm, iters, status):
-    """Solve every forward problem of a ragged batch (see ContactBatch for the layout)."""
+def solve_batch(inverse, A_flat, a_off, given, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
+                kappa, q, tol, max_iter, f, other, warm, iters, status):
+    """Solve every problem of a ragged batch (see ContactBatch for the layout): the inverse
+    problems when ``inverse`` (``given`` = v, ``other`` = c), else the forward ones
+    (``given`` = c, ``other`` = v)."""
     for p in range(nls.shape[0]):
-        _forward_one(A_flat, a_off, c, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                     kappa, q, tol, max_iter, f, v, warm, iters, status, p)
+        _solve_one(inverse, A_flat, a_off, given, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
+                   kappa, q, tol, max_iter, f, other, warm, iters, status, p)
 
 
 @njit(cache=True, parallel=True)
-def forward_batch_parallel(A_flat, a_off, c, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                           kappa, q, tol, max_iter, f, v, warm, iters, status):
-    """Same as :func:`forward_batch`, problems spread over threads."""
+def solve_batch_parallel(inverse, A_flat, a_off, given, R, mu, vmin, nls, ncs, v_off, cn_off,
+                         m_off, kappa, q, tol, max_iter, f, other, warm, iters, status):
+    """Same as :func:`solve_batch`, problems spread over threads."""
     for p in prange(nls.shape[0]):
-        _forward_one(A_flat, a_off, c, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                     kappa, q, tol, max_iter, f, v, warm, iters, status, p)
+        _solve_one(inverse, A_flat, a_off, given, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
+                   kappa, q, tol, max_iter, f, other, warm, iters, status, p)
 
 
 @njit(cache=True)
-def _forward_one(A_flat, a_off, c, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                 kappa, q, tol, max_iter, f, v, warm, iters, status, p):
+def _solve_one(inverse, A_flat, a_off, given, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
+               kappa, q, tol, max_iter, f, other, warm, iters, status, p):
     nl, nc = nls[p], ncs[p]
     n = nl + 3 * nc
     s, e = v_off[p], v_off[p + 1]
     A = A_flat[a_off[p]:a_off[p] + n * n].reshape((n, n))
-    iters[p], status[p] = forward_solve(
-        A, c[s:e], R[s:e], mu[cn_off[p]:cn_off[p + 1]], vmin[m_off[p]:m_off[p + 1]],
-        nl, nc, kappa, q, tol, max_iter, f[s:e], v[s:e], warm)
-
-
-@njit(cache=True)
-def inverse_batch(A_flat, a_off, v, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                  kappa, q, tol, max_iter, f, c, warm, iters, status):
-    """Solve every inverse problem of a ragged batch."""
-    for p in range(nls.shape[0]):
-        _inverse_one(A_flat, a_off, v, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                     kappa, q, tol, max_iter, f, c, warm, iters, status, p)
-
-
-@njit(cache=True, parallel=True)
-def inverse_batch_parallel(A_flat, a_off, v, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                           kappa, q, tol, max_iter, f, c, warm, iters, status):
-    """Same as :func:`inverse_batch`, problems spread over threads."""
-    for p in prange(nls.shape[0]):
-        _inverse_one(A_flat, a_off, v, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                     kappa, q, tol, max_iter, f, c, warm, iters, status, p)
-
-
-@njit(cache=True)
-def _inverse_one(A_flat, a_off, v, R, mu, vmin, nls, ncs, v_off, cn_off, m_off,
-                 kappa, q, tol, max_iter, f, c, warm, iters, status, p):
-    nl, nc = nls[p], ncs[p]
-    n = nl + 3 * nc
-    s, e = v_off[p], v_off[p + 1]
-    A = A_flat[a_off[p]:a_off[p] + n * n].reshape((n, n))
-    iters[p], status[p] = inverse_solve(
-        A, v[s:e], R[s:e], mu[cn_off[p]:cn_off[p + 1]], vmin[m_off[p]:m_off[p + 1]],
-        nl, nc, kappa, q, tol, max_iter, f[s:e], c[s:e], warm)
+    mu_p = mu[cn_off[p]:cn_off[p + 1]]
+    vmin_p = vmin[m_off[p]:m_off[p + 1]]
+    if inverse:
+        iters[p], status[p] = inverse_solve(A, given[s:e], R[s:e], mu_p, vmin_p, nl, nc, kappa, q,
+                                            tol, max_iter, f[s:e], other[s:e], warm)
+    else:
+        iters[p], status[p] = forward_solve(A, given[s:e], R[s:e], mu_p, vmin_p, nl, nc, kappa, q,
+                                            tol, max_iter, f[s:e], other[s:e], warm)
 
 
 @njit(cache=True)

@@ -207,19 +207,18 @@ class ConvexContactModel:
           parallel: spread problems over numba threads.
         """
         c = as_array("c", c, (batch.size,))
-        f, v, iters, status = self._run(K.forward_batch_parallel if parallel else K.forward_batch,
-                                        batch, c, f_init)
+        f, v, iters, status = self._run(False, parallel, batch, c, f_init)
         return BatchSolution(batch, f, v, c, status, iters)
 
     def inverse_batch(self, batch: "ContactBatch", v, *, f_init=None, parallel: bool = False) -> "BatchSolution":
         """Inverse-solve every problem of ``batch`` in one compiled call; ``v (batch.size,)``."""
         v = as_array("v", v, (batch.size,))
-        f, c, iters, status = self._run(K.inverse_batch_parallel if parallel else K.inverse_batch,
-                                        batch, v, f_init)
+        f, c, iters, status = self._run(True, parallel, batch, v, f_init)
         return BatchSolution(batch, f, v, c, status, iters)
 
-    def _run(self, kernel, batch, given, f_init):
-        """Call a batch kernel; returns (f, the other velocity vector, iterations, status)."""
+    def _run(self, inverse, parallel, batch, given, f_init):
+        """Solve the batch's inverse (``inverse``) or forward problems in one kernel call; returns
+        (f, the other velocity vector, iterations, status)."""
         if f_init is None:
             f, warm = np.zeros(batch.size), False
         else:
@@ -227,7 +226,8 @@ class ConvexContactModel:
         other = np.empty(batch.size)
         iters = np.zeros(batch.count, dtype=np.int64)
         status = np.zeros(batch.count, dtype=np.int64)
-        kernel(batch.A_flat, batch.a_offsets, given, batch.R, batch.friction, batch.v_min,
+        kernel = K.solve_batch_parallel if parallel else K.solve_batch
+        kernel(inverse, batch.A_flat, batch.a_offsets, given, batch.R, batch.friction, batch.v_min,
                batch.n_limits, batch.n_contacts, batch.offsets, batch.contact_offsets, batch.normal_offsets,
                self.kappa, self.q, self.tol, int(self.max_iter), f, other, warm, iters, status)
         return f, other, iters, status

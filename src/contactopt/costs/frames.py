@@ -19,11 +19,24 @@ __all__ = [
 # =========================================================================== point residuals
 
 
+def _frame_object(model, objtype, kind, ref, name, prefix=None):
+    """``(id, label)`` of the site or body ``ref`` of a residual (``kind``: ``"site"`` or
+    ``"body"``): ``name``, else ``kind[<the object's name, or its index>]``; with a ``prefix``
+    (the centre-of-mass residuals) ``prefix[...]``, and ``prefix`` alone for the world body."""
+    oid = _object_id(model, objtype, kind, ref, kind)
+    if name:
+        return oid, name
+    if prefix is not None and oid == 0:
+        return oid, prefix
+    return oid, f"{prefix or kind}[{mujoco.mj_id2name(model, objtype, oid) or oid}]"
+
+
 class _PointResidual(Residual):
     """Shared machinery of world-frame point residuals ``p(q)[axes] − target[axes]``."""
 
-    def __init__(self, model, size, name, axes, target):
+    def __init__(self, model, size, name, axes, target, object_id):
         super().__init__(model, size, name)
+        self._object_id = object_id  # the site or body of the batch requests
         self.axes = _axes(axes, f"{name} axes")
         self.size = self.axes.size
         self.target = (np.zeros(3) if target is None
@@ -39,8 +52,8 @@ class _PointResidual(Residual):
     #: (point request, Jacobian request) kinds of :meth:`batch_requests`, set by subclasses
     _request_kinds: tuple[str, str] | None = None
 
-    def _request_id(self) -> int:  # pragma: no cover - abstract helper
-        raise NotImplementedError
+    def _request_id(self) -> int:
+        return self._object_id
 
     def evaluate(self, data, x, u, jacobian):
         r = self._point(data)[self.axes] - self.target[self.axes]
@@ -83,15 +96,11 @@ class SitePosition(_PointResidual):
     """
 
     def __init__(self, model, site, target=None, *, axes="xyz", name: str | None = None):
-        sid = _object_id(model, mujoco.mjtObj.mjOBJ_SITE, "site", site, "site")
-        label = name or f"site[{mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_SITE, sid) or sid}]"
-        super().__init__(model, 3, label, axes, target)
+        sid, label = _frame_object(model, mujoco.mjtObj.mjOBJ_SITE, "site", site, name)
+        super().__init__(model, 3, label, axes, target, sid)
         self.site_id = sid
 
     _request_kinds = ("site_xpos", "jac_site")
-
-    def _request_id(self):
-        return self.site_id
 
     def _point(self, data):
         return data.site_xpos[self.site_id]
@@ -116,16 +125,12 @@ class BodyPosition(_PointResidual):
 
     def __init__(self, model, body, target=None, *, axes="xyz", point: str = "origin",
                  name: str | None = None):
-        bid = _object_id(model, mujoco.mjtObj.mjOBJ_BODY, "body", body, "body")
+        bid, label = _frame_object(model, mujoco.mjtObj.mjOBJ_BODY, "body", body, name)
         if point not in ("origin", "com"):
             raise ParameterError(f"point must be 'origin' or 'com', got {point!r}")
-        label = name or f"body[{mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, bid) or bid}]"
-        super().__init__(model, 3, label, axes, target)
+        super().__init__(model, 3, label, axes, target, bid)
         self.body_id = bid
         self.point = point
-
-    def _request_id(self):
-        return self.body_id
 
     @property
     def _request_kinds(self):
@@ -149,16 +154,11 @@ class CenterOfMass(_PointResidual):
     """
 
     def __init__(self, model, body=0, target=None, *, axes="xyz", name: str | None = None):
-        bid = _object_id(model, mujoco.mjtObj.mjOBJ_BODY, "body", body, "body")
-        label = name or ("com" if bid == 0 else
-                         f"com[{mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, bid) or bid}]")
-        super().__init__(model, 3, label, axes, target)
+        bid, label = _frame_object(model, mujoco.mjtObj.mjOBJ_BODY, "body", body, name, "com")
+        super().__init__(model, 3, label, axes, target, bid)
         self.body_id = bid
 
     _request_kinds = ("subtree_com", "jac_subtreecom")
-
-    def _request_id(self):
-        return self.body_id
 
     def _point(self, data):
         return data.subtree_com[self.body_id]
@@ -187,9 +187,7 @@ class CenterOfMassVelocity(Residual):
 
     def __init__(self, model, body=0, target=None, *, axes="xyz", position_jacobian: bool = True,
                  eps: float = 1e-7, name: str | None = None):
-        bid = _object_id(model, mujoco.mjtObj.mjOBJ_BODY, "body", body, "body")
-        label = name or ("com_vel" if bid == 0 else
-                         f"com_vel[{mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, bid) or bid}]")
+        bid, label = _frame_object(model, mujoco.mjtObj.mjOBJ_BODY, "body", body, name, "com_vel")
         super().__init__(model, 3, label)
         self.body_id = bid
         self.axes = _axes(axes, f"{label} axes")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import functools
 
 import numpy as np
 
@@ -74,6 +75,17 @@ def _diagonal_jacobian(d: np.ndarray) -> np.ndarray:
     return out
 
 
+def _overflow_to_inf(method):
+    """``method(self, r)`` with numpy's overflow warning silenced: a value that overflows is ``inf``."""
+
+    @functools.wraps(method)
+    def wrapped(self, r):
+        with np.errstate(over="ignore"):
+            return method(self, r)
+
+    return wrapped
+
+
 class Quadratic(Norm):
     """``n(r) = ½ rᵀr``; gradient ``r``; Hessian ``I``; least-squares form ``ρ = r``."""
 
@@ -143,29 +155,29 @@ class Cosh(Norm):
     def __init__(self, alpha: float = 1.0):
         self.alpha = check_positive("alpha", alpha)
 
+    @_overflow_to_inf
     def value(self, r):
         r = np.asarray(r, dtype=float)
         a = self.alpha
-        with np.errstate(over="ignore"):
-            return np.sum(a * a * (np.cosh(r / a) - 1.0), axis=-1)
+        return np.sum(a * a * (np.cosh(r / a) - 1.0), axis=-1)
 
+    @_overflow_to_inf
     def gradient(self, r):
         r = np.asarray(r, dtype=float)
         a = self.alpha
-        with np.errstate(over="ignore"):
-            return a * np.sinh(r / a)
+        return a * np.sinh(r / a)
 
+    @_overflow_to_inf
     def hessian_diagonal(self, r):
         r = np.asarray(r, dtype=float)
-        with np.errstate(over="ignore"):
-            return np.cosh(r / self.alpha)
+        return np.cosh(r / self.alpha)
 
+    @_overflow_to_inf
     def least_squares(self, r):
         """``ρ_j = 2α sinh(r_j/2α)`` (so ``½ρ_j² = α²(cosh(r_j/α) − 1)``), ``∂ρ_j/∂r_j = cosh(r_j/2α)``."""
         r = np.asarray(r, dtype=float)
         a = self.alpha
-        with np.errstate(over="ignore"):
-            return 2.0 * a * np.sinh(r / (2.0 * a)), _diagonal_jacobian(np.cosh(r / (2.0 * a)))
+        return 2.0 * a * np.sinh(r / (2.0 * a)), _diagonal_jacobian(np.cosh(r / (2.0 * a)))
 
 
 class L2(Norm):

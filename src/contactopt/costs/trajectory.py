@@ -40,12 +40,36 @@ class TrajectoryCostLike(Protocol):
         """Per-stage values and tangent-space derivatives."""
 
 
-def _same_methods(obj, cls, names) -> bool:
-    """Whether ``obj``'s class uses ``cls``'s own implementation of every method in ``names``."""
-    return all(getattr(type(obj), n) is getattr(cls, n) for n in names)
+class _StageCosts:
+    """What the trajectory costs share: the argument check, the total as the sum of the stage
+    values and :attr:`total_is_evaluate_sum`.  A subclass sets ``nx``, ``nu`` and defines
+    ``stage_values`` and ``evaluate``; declared with ``exact=True`` it is the class whose own
+    ``total``, ``stage_values`` and ``evaluate`` agree bit for bit."""
+
+    _exact_class: type
+
+    def __init_subclass__(cls, *, exact: bool = False, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if exact:
+            cls._exact_class = cls
+
+    @property
+    def total_is_evaluate_sum(self) -> bool:
+        """Whether ``total(X, U)`` is exactly ``evaluate(X, U).l.sum()`` (bit for bit), so that a
+        solver needing both on the same trajectory may take the total from the derivatives
+        (true unless a subclass overrides how either is computed)."""
+        return all(getattr(type(self), n) is getattr(self._exact_class, n)
+                   for n in ("total", "stage_values", "evaluate"))
+
+    def _check(self, X, U):
+        return _check_trajectory(X, U, self.nx, self.nu)
+
+    def total(self, X, U) -> float:
+        """Total cost ``J`` of ``X (T+1, nx)``, ``U (T, nu)``: the sum of :meth:`stage_values`."""
+        return float(self.stage_values(X, U).sum())
 
 
-class TrajectoryCost:
+class TrajectoryCost(_StageCosts, exact=True):
     """Total cost of a trajectory: ``J = Σ_{i<T} h ℓ(x_i, u_i) + ℓ_f(x_T)``.
 
     Args:
@@ -59,13 +83,6 @@ class TrajectoryCost:
       ParameterError: non-positive time step, a terminal cost with control terms, or
         costs built for different models.
     """
-
-    @property
-    def total_is_evaluate_sum(self) -> bool:
-        """Whether ``total(X, U)`` is exactly ``evaluate(X, U).l.sum()`` (bit for bit), so that a
-        solver needing both on the same trajectory may take the total from the derivatives
-        (true unless a subclass overrides how either is computed)."""
-        return _same_methods(self, TrajectoryCost, ("total", "stage_values", "evaluate"))
 
     def __init__(self, running: StageCost, terminal: StageCost | None = None, *,
                  timestep: float | None = None):
@@ -91,9 +108,6 @@ class TrajectoryCost:
         self.nx, self.ndx, self.nu = running.nx, running.ndx, running.nu
         self._data = mujoco.MjData(self.model)
 
-    def _check(self, X, U):
-        return _check_trajectory(X, U, self.nx, self.nu)
-
     def stage_values(self, X, U) -> np.ndarray:
         """Per-stage costs ``(T+1,)`` (running stages multiplied by ``h``)."""
         X, U = self._check(X, U)
@@ -103,10 +117,6 @@ class TrajectoryCost:
         l[T] = self.terminal_scale * _evaluate_stages(self.terminal, self._data, X[T:], None, False,
                                                       row_offset=T)[0][0]
         return l
-
-    def total(self, X, U) -> float:
-        """Total cost ``J`` of ``X (T+1, nx)``, ``U (T, nu)``."""
-        return float(self.stage_values(X, U).sum())
 
     def evaluate(self, X, U) -> CostDerivatives:
         """Values and tangent-space derivatives of every stage (see :class:`CostDerivatives`)."""
@@ -127,7 +137,7 @@ class TrajectoryCost:
         )
 
 
-class LinearQuadraticCost:
+class LinearQuadraticCost(_StageCosts, exact=True):
     """Quadratic cost for Euclidean states (tests, linear systems):
 
     ``J = Σ_{i<T} [½ (x_i − x̄)ᵀQ(x_i − x̄) + ½ (u_i − ū)ᵀR(u_i − ū)] + ½ (x_T − x̄)ᵀQ_f(x_T − x̄)``.
@@ -141,11 +151,6 @@ class LinearQuadraticCost:
       x_ref: ``(nx,)`` target state (default 0).
       u_ref: ``(nu,)`` target control (default 0).
     """
-
-    @property
-    def total_is_evaluate_sum(self) -> bool:
-        """Whether ``total(X, U)`` is exactly ``evaluate(X, U).l.sum()`` (see :class:`TrajectoryCost`)."""
-        return _same_methods(self, LinearQuadraticCost, ("total", "stage_values", "evaluate"))
 
     def __init__(self, Q, R, Qf=None, *, x_ref=None, u_ref=None):
         Q = as_array("Q", Q, (None, None))
@@ -166,9 +171,6 @@ class LinearQuadraticCost:
         self.x_ref = np.zeros(nx) if x_ref is None else as_array("x_ref", x_ref, (nx,))
         self.u_ref = np.zeros(nu) if u_ref is None else as_array("u_ref", u_ref, (nu,))
 
-    def _check(self, X, U):
-        return _check_trajectory(X, U, self.nx, self.nu)
-
     def stage_values(self, X, U) -> np.ndarray:
         """Per-stage costs ``(T+1,)``."""
         X, U = self._check(X, U)
@@ -179,10 +181,6 @@ class LinearQuadraticCost:
             + 0.5 * np.einsum("ni,ij,nj->n", du, self.R, du)
         l[-1] = 0.5 * dx[-1] @ self.Qf @ dx[-1]
         return l
-
-    def total(self, X, U) -> float:
-        """Total cost ``J``."""
-        return float(self.stage_values(X, U).sum())
 
     def evaluate(self, X, U) -> CostDerivatives:
         """Values and (exact) derivatives of every stage."""

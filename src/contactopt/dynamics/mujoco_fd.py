@@ -36,6 +36,7 @@ from ..errors import ParameterError, as_array, check_positive
 from ..native import (
     MJSTATE_TIME,
     NATIVE,
+    check_compiled_loops,
     load_state,
     mj_differentiatepos,
     mj_setstate,
@@ -152,6 +153,14 @@ class MujocoDynamics:
       derivative_stride: differentiate every k-th step (and the last) and
         interpolate linearly in between (k ≥ 1; 1 = every step).
 
+    Raises:
+      ParameterError: a bad argument.
+      ModelError: the model would make the compiled loops hit a MuJoCo fatal error (which ends
+        the process): an integrator ``mjd_transitionFD`` rejects (RK4: plan on
+        :func:`contactopt.model.planner_model_copy`) or a ``<size memory>`` too small for
+        ``mj_step`` / ``mjd_transitionFD`` (:func:`contactopt.native.check_compiled_loops`,
+        run once here).
+
     Attributes:
       nx, ndx, nu: packed state, tangent and control sizes.
       timestep: ``h`` in seconds.
@@ -163,6 +172,8 @@ class MujocoDynamics:
                  centered: bool = False, derivative_stride: int = 1):
         if not isinstance(model, mujoco.MjModel):
             raise ParameterError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
+        # what the rollout and finite-difference loops call, probed once through the bindings
+        check_compiled_loops(model, ("step", "transition_fd"), what="MujocoDynamics")
         self.model = model
         self.nq, self.nv, self.na, self.nu = model.nq, model.nv, model.na, model.nu
         self.nx = model.nq + model.nv + model.na

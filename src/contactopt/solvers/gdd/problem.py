@@ -260,19 +260,15 @@ class DataViews:
     arena and are re-read at every state.  Also holds the buffers a solver reuses.
     """
 
-    __slots__ = ("data", "qfrc_bias", "qfrc_passive", "qfrc_applied", "xfrc_applied", "qvel",
-                 "qacc", "ctrl", "qacc_warmstart", "M", "c", "sparse", "elliptic")
+    #: the ``MjData`` fields viewed (same names)
+    FIELDS = ("qfrc_bias", "qfrc_passive", "qfrc_applied", "xfrc_applied", "qvel", "qacc", "ctrl",
+              "qacc_warmstart")
+    __slots__ = ("data", *FIELDS, "M", "c", "sparse", "elliptic")
 
     def __init__(self, model, data):
         self.data = data
-        self.qfrc_bias = data.qfrc_bias
-        self.qfrc_passive = data.qfrc_passive
-        self.qfrc_applied = data.qfrc_applied
-        self.xfrc_applied = data.xfrc_applied
-        self.qvel = data.qvel
-        self.qacc = data.qacc
-        self.ctrl = data.ctrl
-        self.qacc_warmstart = data.qacc_warmstart
+        for name in self.FIELDS:
+            setattr(self, name, getattr(data, name))
         self.M = np.empty((model.nv, model.nv))
         self.c = np.empty(model.nv)
         self.sparse = bool(mujoco.mj_isSparse(model))
@@ -336,20 +332,13 @@ class GDDProblem:
                 if copy:
                     J = J.copy()
             self.J = J
-            self.aref = data.efc_aref
-            self.D = data.efc_D
-            self.R = data.efc_R
-            self.floss = data.efc_frictionloss
-            self.efc_type = data.efc_type
-            self.efc_id = data.efc_id
-            if self.aref.shape[0] != nefc:  # older bindings expose the allocated size
-                self.aref, self.D, self.R, self.floss = (
-                    self.aref[:nefc], self.D[:nefc], self.R[:nefc], self.floss[:nefc])
-                self.efc_type, self.efc_id = self.efc_type[:nefc], self.efc_id[:nefc]
+            rows = (data.efc_aref, data.efc_D, data.efc_R, data.efc_frictionloss, data.efc_type,
+                    data.efc_id)
+            if rows[0].shape[0] != nefc:  # older bindings expose the allocated size
+                rows = tuple(x[:nefc] for x in rows)
             if copy:
-                self.aref, self.D, self.R, self.floss = (
-                    self.aref.copy(), self.D.copy(), self.R.copy(), self.floss.copy())
-                self.efc_type, self.efc_id = self.efc_type.copy(), self.efc_id.copy()
+                rows = tuple(x.copy() for x in rows)
+            self.aref, self.D, self.R, self.floss, self.efc_type, self.efc_id = rows
             if views.elliptic and data.ncon:
                 con = data.contact
                 self.con_dim = np.ascontiguousarray(con.dim, dtype=np.int32)

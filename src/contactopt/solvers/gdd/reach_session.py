@@ -20,7 +20,15 @@ from .costs import (
     PostureTarget,
     SpringDamper,
 )
-from .reach_spec import ReachSpec, _resolve_frame, _tree_info, _world_contact_bodies
+from .reach_spec import (
+    ReachSpec,
+    _actuated_trees,
+    _resolve_frame,
+    _world_contact_bodies,
+    balance_stiffness,
+    effort_scale,
+    floating_root_dofs,
+)
 from .solver import GDDSettings, GDDSolver
 
 __all__ = ["ReachSession"]
@@ -66,13 +74,25 @@ class ReachSession:
         self.solver = GDDSolver(model, GDDSettings(**dict(spec.solver)))
         data = self.data = mujoco.MjData(model)
         self.reset()
+        # every task weight against GDD's force cost (ReachSpec.effort_scale)
+        scale = spec.effort_scale
+        self.effort_scale = float(effort_scale(model, data, self.support_ids) if scale is None else scale)
         # posture: PD toward qref (a view of the target's array, written in place)
         self.posture_target = PostureTarget(model, data.qpos, kp=spec.posture_kp)
         self.qref = self.posture_target.qref
-        # dofs of trees without actuated dofs (free objects): no posture target
-        actuated, _ = _tree_info(model)
-        self._passive_dofs = np.flatnonzero(~actuated[model.dof_bodyid])
+        # dofs of trees without actuated dofs (free objects): no posture target.  The
+        # unactuated root of an actuated tree (a humanoid's floating base) keeps its PD target:
+        # with a zero target there (the mass metric still weighs the root's acceleration) the
+        # posture term would resist any correction of the trunk's attitude, which a floating
+        # base can only make by accelerating its root (see docs/experiments/gdd-unseen-humanoid.md)
+        self._passive_dofs = np.flatnonzero(~_actuated_trees(model)[model.dof_bodyid])
         self._kd = 2.0 * math.sqrt(spec.posture_kp)
+        # the floating base's PD is as fast as its balance needs (ReachSpec.posture_root_kp)
+        self._root_dofs = floating_root_dofs(model)
+        root_kp = spec.posture_root_kp
+        if root_kp is None:
+            root_kp = max(spec.posture_kp, balance_stiffness(model, data) or 0.0)
+        self.root_kp = float(root_kp)
         self._chain = {frame: _chain_dofs(model, kind, i) for frame, (kind, i) in self.frames.items()}
         self._free = _NO_DOFS
         self._gains_free = None
@@ -81,23 +101,23 @@ class ReachSession:
         for frame, (kind, _) in self.frames.items():
             target = SpringDamper(np.zeros(3), stiffness=spec.ee_stiffness,
                                   max_acceleration=spec.ee_max_acceleration)
-            term = EndEffectorAcceleration(model, **{kind: frame}, target=target, weight=spec.ee_weight,
-                                           name=f"goal({frame})")
+            term = EndEffectorAcceleration(model, **{kind: frame}, target=target,
+                                           weight=self.effort_scale * spec.ee_weight, name=f"goal({frame})")
             term.active = False
             self.ee_terms[frame] = term
         terms = list(self.ee_terms.values())
-        self.posture = AccelerationTarget(model, self.posture_target, weight=spec.posture_weight,
-                                          name="posture")
+        self.posture = AccelerationTarget(model, self.posture_target,
+                                          weight=self.effort_scale * spec.posture_weight, name="posture")
         terms.append(self.posture)
         self.com_anchor = data.subtree_com[0, :2].copy()
         self.com = None
         if spec.com_weight > 0:
             # horizontal spring to the anchor, damping on all three axes
             spring = SpringDamper(np.r_[self.com_anchor, 0.0], stiffness=spec.com_stiffness, axes=(1, 1, 0))
-            self.com = CenterOfMassAcceleration(model, target=spring,
-                                                weight=spec.com_weight, name="centre of mass")
+            self.com = CenterOfMassAcceleration(model, target=spring, weight=self.effort_scale * spec.com_weight,
+                                                name="centre of mass")
             terms.append(self.com)
-        self.damping = Damping(spec.damping_alpha, spec.damping_beta)
+        self.damping = Damping(self.effort_scale * spec.damping_alpha, spec.damping_beta)
         terms.append(self.damping)
         for t in extra_terms:
             if not isinstance(t, AccelerationTerm):
@@ -131,13 +151,16 @@ class ReachSession:
         mujoco.mj_forward(m, d)
 
     def _update_posture_gains(self) -> None:
-        """Posture gains: ``kp (qref ⊖ q) − 2√kp v`` on every dof, damping only on the free
-        chain of the dragged frame, nothing on the dofs of unactuated trees (free objects)."""
+        """Posture gains: ``kp (qref ⊖ q) − 2√kp v`` on every dof (``root_kp`` on a floating
+        base), damping only on the free chain of the dragged frame, nothing on the dofs of
+        unactuated trees (free objects)."""
         if self._gains_free is self._free:
             return
         nv = self.model.nv
         kp = np.full(nv, self.spec.posture_kp)
         kd = np.full(nv, self._kd)
+        kp[self._root_dofs] = self.root_kp
+        kd[self._root_dofs] = 2.0 * math.sqrt(self.root_kp)
         kp[self._free] = 0.0
         kp[self._passive_dofs] = 0.0
         kd[self._passive_dofs] = 0.0

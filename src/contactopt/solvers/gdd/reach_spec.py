@@ -21,9 +21,14 @@ __all__ = [
     "Drag",
     "ReachSpec",
     "auto_reach_spec",
+    "balance_stiffness",
     "choose_goal_frames",
+    "effective_mass",
+    "effort_scale",
+    "floating_root_dofs",
     "hand_reach_spec",
     "humanoid_reach_spec",
+    "support_price",
 ]
 
 
@@ -132,6 +137,17 @@ class ReachSpec:
       ee_max_acceleration: cap on the desired end-effector acceleration, m/s².
       posture_weight: weight of the posture PD acceleration target (mass metric, dimensionless).
       posture_kp: posture stiffness, 1/s² (damping ``2√kp``).
+      posture_root_kp: posture stiffness of a floating base (the free joint at the root of an
+        actuated tree: its position and attitude), 1/s² (damping ``2√kp``).  None (default):
+        derived from the model, ``max(posture_kp, 4 |g| / h)`` with ``h`` the height of the
+        tree's centre of mass above its floor contacts at the start (:func:`balance_stiffness`:
+        twice the bandwidth of the inverted pendulum the standing model is), so the same
+        default holds up a humanoid of any size and mass distribution.
+      effort_scale: factor on every task weight (``ee_weight``, ``posture_weight``,
+        ``com_weight``, ``damping_alpha``) against GDD's force cost.  None (default): derived
+        from the model, :func:`effort_scale` (1 for a model that does not stand on
+        ``support_bodies``; ≈ 5–8 for a humanoid), so the documented weights mean the same on
+        any standing model.
       posture_free_chain: while a goal is held, drop the posture spring (keep its damping)
         on the joints between the goal's frame and the nearest free joint or the world,
         so the posture term does not pull the dragged limb back.
@@ -158,6 +174,8 @@ class ReachSpec:
     ee_max_acceleration: float = 10.0
     posture_weight: float = 60.0
     posture_kp: float = 10.0
+    posture_root_kp: float | None = None
+    effort_scale: float | None = None
     posture_free_chain: bool = False
     com_weight: float = 0.0
     com_stiffness: float = 100.0
@@ -184,6 +202,9 @@ class ReachSpec:
         for name in ("ee_stiffness", "ee_max_acceleration", "posture_kp", "com_stiffness",
                      "reach_tolerance"):
             check_positive(name, getattr(self, name))
+        for name in ("posture_root_kp", "effort_scale"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check_positive(name, getattr(self, name)))
         object.__setattr__(self, "fall_heights", tuple((str(b), float(h)) for b, h in self.fall_heights))
         object.__setattr__(self, "drop_heights", tuple((str(b), float(h)) for b, h in self.drop_heights))
         object.__setattr__(self, "support_bodies", tuple(str(b) for b in self.support_bodies))
@@ -314,6 +335,142 @@ def _tree_info(model: mujoco.MjModel):
     return actuated, depth
 
 
+def _actuated_trees(model: mujoco.MjModel) -> np.ndarray:
+    """``(nbody,)`` bool: whether the kinematic tree of the body (the subtree of its root,
+    ``body_rootid``) has an actuated dof — False for free objects and the world."""
+    actuated, _ = _tree_info(model)
+    tree = np.zeros(model.nbody, dtype=bool)
+    roots = model.body_rootid
+    for b in np.flatnonzero(actuated):
+        tree[roots[b]] = True
+    out = tree[roots]
+    out[0] = False
+    return out
+
+
+#: the floating base's posture bandwidth in units of the standing pendulum's √(g/h)
+#: (kp = BALANCE_FACTOR · g / h: twice the pendulum's rate of falling)
+BALANCE_FACTOR = 4.0
+
+
+def floating_root_dofs(model: mujoco.MjModel) -> np.ndarray:
+    """Dofs of the free joints at the root of actuated trees (floating bases), sorted."""
+    trees = _actuated_trees(model)
+    dofs = []
+    for j in range(model.njnt):
+        b = int(model.jnt_bodyid[j])
+        if (model.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_FREE) and model.body_parentid[b] == 0
+                and trees[b]):
+            adr = int(model.jnt_dofadr[j])
+            dofs.extend(range(adr, adr + 6))
+    return np.array(dofs, dtype=int)
+
+
+def balance_stiffness(model: mujoco.MjModel, data: mujoco.MjData) -> float | None:
+    """``BALANCE_FACTOR · |g| / h`` (1/s²) for a floating base standing on the world's geoms.
+
+    ``h`` is the height of the floating tree's centre of mass above its lowest contact with
+    a world geom in ``data`` (positions and contacts current): a standing model falls like an
+    inverted pendulum at the rate ``√(g/h)``, and a PD that holds its base must be faster.
+    None without a floating base or without such a contact."""
+    dofs = floating_root_dofs(model)
+    if not dofs.size:
+        return None
+    root = int(model.dof_bodyid[dofs[0]])
+    low = None
+    for c in range(data.ncon):
+        b1, b2 = (int(model.geom_bodyid[g]) for g in data.contact.geom[c])
+        if (b1 == 0) != (b2 == 0) and int(model.body_rootid[b1 or b2]) == root:
+            z = float(data.contact.pos[c, 2])
+            low = z if low is None else min(low, z)
+    if low is None:
+        return None
+    h = float(data.subtree_com[root, 2]) - low
+    g = float(np.linalg.norm(model.opt.gravity))
+    if not (h > 0 and g > 0):
+        return None
+    return BALANCE_FACTOR * g / h
+
+
+def _composite_inertia(model, data, bodies, axis, anchor) -> float:
+    """Inertia (kg·m²) of ``bodies`` rotating rigidly about the world ``axis`` through ``anchor``."""
+    total = 0.0
+    for b in bodies:
+        r = data.xipos[b] - anchor
+        r = r - axis * float(r @ axis)
+        R = data.ximat[b].reshape(3, 3)
+        ax = R.T @ axis
+        total += float(model.body_mass[b]) * float(r @ r) + float(ax @ (model.body_inertia[b] * ax))
+    return total
+
+
+#: the support price (:func:`support_price`) the documented weights of a standing model are
+#: quoted at: the task weights of a model with support price κ are multiplied by
+#: ``max(1, κ / SUPPORT_PRICE_REF)`` (:func:`effort_scale`).  Empirical (see
+#: docs/experiments/gdd-unseen-humanoid.md): standing humanoids have κ ≈ 1600–2500 (scales
+#: ≈ 5–8); under a posture term alone scales ≥ 5 held every standing model tried for 8 s,
+#: 3 let the light-footed test biped fall after 3 s, 1 (the seed's weights) within 2 s.
+SUPPORT_PRICE_REF = 300.0
+
+
+def support_price(model: mujoco.MjModel, data: mujoco.MjData, supports) -> float:
+    """How much GDD's force cost overprices the torques that hold a standing model up (≥ 1).
+
+    The regulariser ``½ τᵀ M⁻¹ τ`` prices the torque of a dof by the inertia outboard of it: a
+    light foot makes an ankle torque look as costly as spinning the foot, while with the foot
+    on the floor that torque turns the whole rest of the body.  For an actuated dof ``i`` on
+    the chain from a support body up to the floating base the price is off by
+    ``κ_i = (M⁻¹)_ii C_i``, ``C_i`` the composite inertia of the bodies it turns when its
+    support holds (the tree less the subtree of the dof's body) about its axis; returns
+    ``max_i κ_i`` (1 without a floating base or supports).  ``data`` holds the positions and
+    the inertia (after ``mj_forward``)."""
+    from ...model import actuation_map
+    from .problem import _full_inertia
+
+    roots = floating_root_dofs(model)
+    if not roots.size or not len(supports) or not model.nu:
+        return 1.0
+    nv = model.nv
+    M = np.zeros((nv, nv))
+    _full_inertia(model, data, M)
+    minv = np.diag(np.linalg.inv(M))
+    actuated = set(actuation_map(model).actuated_dofs.tolist())
+    root_bodies = {int(model.dof_bodyid[i]) for i in roots}
+    price = 1.0
+    for s in supports:
+        root = int(model.body_rootid[s])
+        if root not in root_bodies:
+            continue
+        tree = np.flatnonzero(model.body_rootid == root)
+        p = int(s)
+        while p != root and p > 0:
+            rest = [int(b) for b in tree if not _is_descendant(model, int(b), p)]
+            for i in np.flatnonzero(model.dof_bodyid == p):
+                if int(i) not in actuated:
+                    continue
+                j = int(model.dof_jntid[i])
+                jt = int(model.jnt_type[j])
+                if jt == int(mujoco.mjtJoint.mjJNT_HINGE):
+                    C = _composite_inertia(model, data, rest, data.xaxis[j], data.xanchor[j])
+                elif jt == int(mujoco.mjtJoint.mjJNT_SLIDE):
+                    C = float(model.body_mass[rest].sum())
+                elif jt == int(mujoco.mjtJoint.mjJNT_BALL):
+                    axis = data.xmat[p].reshape(3, 3)[:, int(i - model.jnt_dofadr[j])]
+                    C = _composite_inertia(model, data, rest, axis, data.xanchor[j])
+                else:
+                    continue
+                price = max(price, float(minv[i]) * C)
+            p = int(model.body_parentid[p])
+    return price
+
+
+def effort_scale(model: mujoco.MjModel, data: mujoco.MjData, supports) -> float:
+    """Factor on all task weights of a session (:attr:`ReachSpec.effort_scale`):
+    ``max(1, support_price / SUPPORT_PRICE_REF)`` — the task terms keep the same standing against
+    the (over)priced holding torques on every model; 1 for a model that does not stand."""
+    return max(1.0, support_price(model, data, supports) / SUPPORT_PRICE_REF)
+
+
 def _world_contact_bodies(model, data) -> set[int]:
     """Bodies that touch a geom of the world body in ``data``'s current contacts."""
     out = set()
@@ -330,9 +487,11 @@ def choose_goal_frames(model: mujoco.MjModel, data: mujoco.MjData | None = None,
     """Up to ``count`` bodies to put goals on: the farthest along the kinematic tree.
 
     Candidates are bodies with an actuated dof among themselves and their ancestors,
-    that do not touch the floor (world geoms) in ``data`` (the supports) and have a
-    name.  Leaves come first, deepest first, ties broken by height above the floor
-    (highest first) — so a humanoid gets its hands, a hand its fingertips.
+    that do not touch the floor (world geoms) in ``data`` (the supports), do not carry a
+    support (are not its ancestor; unless no other body qualifies) and have a name; one per
+    limb (a candidate whose descendant was chosen is skipped).  Leaves come first, deepest
+    first, ties broken by height above the floor (highest first) — so a humanoid gets its
+    hands, a hand its fingertips.
 
     Raises:
       ParameterError: the model has no actuators or no such body.
@@ -351,11 +510,19 @@ def choose_goal_frames(model: mujoco.MjModel, data: mujoco.MjData | None = None,
     support = _world_contact_bodies(model, data)
     cands = [b for b in range(1, model.nbody)
              if actuated[b] and b not in support and mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b)]
+    # a body that carries a support (a standing humanoid's shin or thigh) would lift it off the
+    # floor: reach with the other limbs when there are any
+    free = [b for b in cands if not any(_is_descendant(model, s, b) for s in support)]
+    cands = free or cands
     if not cands:
         raise ParameterError(f"model {model_name(model)!r} has no named body moved by an actuator "
                              "to put a goal on")
     cands.sort(key=lambda b: (children[b] != 0, -depth[b], -float(data.xpos[b, 2])))
-    return [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in cands[:count]]
+    chosen = []
+    for b in cands:  # one goal per limb: not the parent of a body already chosen
+        if len(chosen) < count and not any(_is_descendant(model, c, b) for c in chosen):
+            chosen.append(b)
+    return [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) for b in chosen]
 
 
 def auto_reach_spec(model_path, seconds: float | None = None, seed: int = 0, *,
@@ -363,12 +530,19 @@ def auto_reach_spec(model_path, seconds: float | None = None, seed: int = 0, *,
     """A reach session for any model: goals on :func:`choose_goal_frames` (or ``frames``).
 
     Offsets have length ``clip(0.15 · extent, 2 cm, 20 cm)`` in a random upward
-    direction (``seed``).  Weights scale with the mass of the actuated bodies; a
-    model with a free root that is actuated below it (a floating base) gets the
-    humanoid's balance terms (centre of mass over the supports, posture weight 60, fall
-    when the root drops below half its height); otherwise a weak posture term.  Free
-    bodies without actuators (held objects) are "dropped" when they sink by half their
-    height (at least 5 cm).
+    direction (``seed``).  Weights come from the model.  A model with a free root that is
+    actuated below it (a floating base) is first set down on the floor when it starts in
+    the air (``lower_root``: the gap to the world's geoms plus :data:`FLOOR_PENETRATION`) and
+    gets the humanoid's balance terms: posture weight 60 (mass metric, dimensionless) with
+    its spring released on the dragged limb and the base's own gain from
+    :func:`balance_stiffness`; the end effector the same 60 in its own metric (60 × the
+    frames' effective mass, :func:`effective_mass` — the seed's unit-consistent weighting by
+    the inverse end-effector inertia); the centre of mass over the supports with 180 kg per kg
+    of the tree (its effective mass); a fall when the root drops below half its height; and
+    :attr:`ReachSpec.effort_scale` left to the model.  Otherwise the weights scale with the
+    mass of the actuated bodies (end effector 4 kg per kg) with a weak posture term.
+    Free bodies without actuators (held objects) are "dropped" when they sink by half
+    their height (at least 5 cm).
 
     Args:
       model_path: bundled name or MJCF/URDF path (kept in the spec).
@@ -388,6 +562,11 @@ def auto_reach_spec(model_path, seconds: float | None = None, seed: int = 0, *,
     data = mujoco.MjData(model)
     reset_to_keyframe(model, data, "home")
     mujoco.mj_forward(model, data)
+    lower = _floor_gap(model, data)
+    if lower > 0:  # a floating base above the floor is set down on it (supports, fall heights)
+        lower += FLOOR_PENETRATION
+        _lower_root(model, data, lower)
+        mujoco.mj_forward(model, data)
     if frames is None:
         frames = choose_goal_frames(model, data)
     else:
@@ -395,12 +574,17 @@ def auto_reach_spec(model_path, seconds: float | None = None, seed: int = 0, *,
         for f in frames:
             _resolve_frame(model, f)
     actuated, _ = _tree_info(model)
-    mass = float(sum(model.body_mass[b] for b in range(1, model.nbody) if actuated[b]))
-    mass = max(mass, 1e-3)
     free_roots = [int(model.jnt_bodyid[j]) for j in range(model.njnt)
                   if model.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_FREE)]
     floating = [b for b in free_roots
                 if any(actuated[c] and _is_descendant(model, c, b) for c in range(1, model.nbody))]
+    # the mass the actuators move: the actuated bodies, and all of a floating base's tree (its
+    # root moves with them) — the effective mass of its centre of mass, whichever body is the root
+    moved = actuated.copy()
+    for b in floating:
+        moved |= model.body_rootid == b
+    moved[0] = False
+    mass = max(float(model.body_mass[moved].sum()), 1e-3)
     objects = [b for b in free_roots if b not in floating]
     bname = lambda b: mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b) or ""
     extent = float(model.stat.extent)
@@ -420,14 +604,84 @@ def auto_reach_spec(model_path, seconds: float | None = None, seed: int = 0, *,
         model=str(model_path), name=f"{label}-reach",
         drags=_schedule(goals, seconds, drag=0.4, hold=1.0, gap=0.3),
         seconds=seconds,
-        lower_root=0.0,
-        ee_weight=4.0 * mass, ee_stiffness=40.0, ee_max_acceleration=10.0,
-        posture_weight=60.0 if floating else 0.05, posture_kp=10.0,
+        lower_root=lower,
+        ee_weight=(POSTURE_WEIGHT * effective_mass(model, data, frames) if floating else 4.0 * mass),
+        ee_stiffness=40.0, ee_max_acceleration=10.0,
+        posture_weight=POSTURE_WEIGHT if floating else 0.05, posture_kp=10.0,
+        posture_free_chain=bool(floating),
         com_weight=180.0 * mass if floating else 0.0, com_stiffness=100.0,
         damping_alpha=0.1, damping_beta=5.0, reach_tolerance=max(0.25 * scale, 0.005),
         fall_heights=fall, drop_heights=drop,
         support_bodies=tuple(bname(b) for b in support if bname(b)) if floating else (),
     )
+
+
+#: m a floating base that starts above the floor is lowered into it (the bundled humanoid's 3 mm
+#: less 1: the soft contacts then carry the weight from the first step)
+FLOOR_PENETRATION = 0.002
+
+
+def _root_free_joint(model) -> int:
+    """The first free joint of a child of the world (the one ``lower_root`` lowers), or −1."""
+    for j in range(model.njnt):
+        if model.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_FREE) and model.body_parentid[model.jnt_bodyid[j]] == 0:
+            return j
+    return -1
+
+
+def _lower_root(model, data, dz: float) -> None:
+    j = _root_free_joint(model)
+    data.qpos[model.jnt_qposadr[j] + 2] -= dz
+
+
+def _floor_gap(model, data) -> float:
+    """Height (m) of the lowest geom of the floating base's tree above the world geoms it can
+    collide with (``mj_geomDistance``), when the model starts in the air; 0 when it touches
+    them already, has no floating base, no actuators below it or no world geom to land on."""
+    j = _root_free_joint(model)
+    if j < 0 or not hasattr(mujoco, "mj_geomDistance"):
+        return 0.0
+    root = int(model.jnt_bodyid[j])
+    tree = [g for g in range(model.ngeom) if model.body_rootid[model.geom_bodyid[g]] == root]
+    if not _actuated_trees(model)[root]:
+        return 0.0
+    world = [g for g in range(model.ngeom) if model.geom_bodyid[g] == 0]
+    cap = 10.0 * max(float(model.stat.extent), 1.0)
+    gap = cap
+    fromto = np.zeros(6)
+    for g in tree:
+        for w in world:
+            if not (model.geom_contype[g] & model.geom_conaffinity[w]
+                    or model.geom_contype[w] & model.geom_conaffinity[g]):
+                continue
+            gap = min(gap, float(mujoco.mj_geomDistance(model, data, g, w, cap, fromto)))
+    return gap if 0.0 < gap < cap else 0.0
+
+
+#: dimensionless posture weight of a floating base's automatic session (mass metric)
+POSTURE_WEIGHT = 60.0
+
+
+def effective_mass(model: mujoco.MjModel, data: mujoco.MjData, frames) -> float:
+    """Mean translational effective mass (kg) of the frames (site or body names):
+    ``3 / tr(J M⁻¹ Jᵀ)`` with ``J`` the frame's ``(3, nv)`` Jacobian, at ``data``'s positions."""
+    from .problem import _full_inertia
+
+    nv = model.nv
+    M = np.zeros((nv, nv))
+    _full_inertia(model, data, M)
+    out = []
+    for f in frames:
+        kind, i = _resolve_frame(model, f)
+        J = np.zeros((3, nv))
+        if kind == "site":
+            mujoco.mj_jacSite(model, data, J, None, i)
+        else:
+            mujoco.mj_jacBody(model, data, J, None, i)
+        tr = float(np.trace(J @ np.linalg.solve(M, J.T)))
+        if tr > 0:
+            out.append(3.0 / tr)
+    return float(np.mean(out)) if out else 1.0
 
 
 def _is_descendant(model, body: int, ancestor: int) -> bool:

@@ -85,36 +85,15 @@ class GDDResult:
     __slots__ = ("Zt", "nefc", "ncon", "physics_violation", "qacc_forward", "solve_time",
                  "_buf", "_ctrl", "_nv", "_nc", "_qacc")
 
-    def __init__(self, qacc, ctrl, actuator_force, qfrc, Zt, efc_force, efc_state, stats,
-                 nefc, ncon, solve_time=0.0, log_array=None):
+    def __new__(cls, qacc, ctrl, actuator_force, qfrc, Zt, efc_force, efc_state, stats,
+                nefc, ncon, solve_time=0.0, log_array=None):
         log = np.zeros((0, K.LOG_NCOL)) if log_array is None else np.asarray(log_array, dtype=float)
         nc = len(actuator_force)
         buf = np.concatenate((np.asarray(qfrc, dtype=float), np.asarray(efc_force, dtype=float),
                               np.asarray(actuator_force, dtype=float), np.zeros(nc),
                               np.asarray(stats, dtype=float), np.asarray(qacc, dtype=float),
                               np.asarray(efc_state, dtype=float), log.ravel()))
-        self._setup(Zt, buf, len(qfrc), nefc, nc, ncon, solve_time, np.asarray(ctrl))
-
-    def _setup(self, Zt, buf, nv, nefc, nc, ncon, solve_time, ctrl):
-        self.Zt = Zt
-        self._buf = buf
-        self._nv = nv
-        self.nefc = nefc
-        self._nc = nc
-        self.ncon = ncon
-        self.physics_violation = None
-        self.qacc_forward = None
-        self.solve_time = solve_time
-        self._ctrl = ctrl
-        self._qacc = None
-
-    @classmethod
-    def _packed(cls, Zt, buf, nv, nefc, nc, ncon, solve_time, ctrl=None):
-        """A result on the kernel's output buffer ``buf`` (layout above); ``ctrl`` None: the
-        controls are the buffer's (every actuator controllable)."""
-        r = cls.__new__(cls)
-        r._setup(Zt, buf, nv, nefc, nc, ncon, solve_time, ctrl)
-        return r
+        return _result_maker(Zt, len(qfrc), nc)(buf, nefc, ncon, solve_time, np.asarray(ctrl), cls)
 
     @property
     def qacc(self) -> np.ndarray:
@@ -231,26 +210,26 @@ class GDDResult:
 _STATUS = {int(st): st for st in GDDStatus}
 
 
-def _result_maker(Zt, nv, nc, fixed):
-    """``make(buf, code, ncon, solve_time)``: the :class:`GDDResult` of a converged-or-not (but
-    finite) :func:`kernels.gdd_step` call that returned ``code``, on its output copy ``buf``
-    (all actuators controllable) — :meth:`GDDResult._packed` with this solver's constants bound,
-    for the hot path of :meth:`GDDSolver.solve`.  It sets the attributes of
-    :meth:`GDDResult._setup` itself (one Python call less per solve): keep the two in step."""
-    new = GDDResult.__new__
+def _result_maker(Zt, nv, nc):
+    """``make(buf, nefc, ncon, solve_time, ctrl=None)``: the :class:`GDDResult` on the kernel's
+    output buffer ``buf`` (the layout in its docstring) of a state with ``nefc`` rows, for a
+    solver's ``Zt``, ``nv`` and ``nc``; ``ctrl`` None: the controls are the buffer's (every
+    actuator controllable).  The one place that sets a result's attributes, as a closure so that
+    the hot path of :meth:`GDDSolver.solve` (which keeps one) makes a result in one Python call."""
+    new = object.__new__
 
-    def make(buf, code, ncon, solve_time):
-        r = new(GDDResult)
+    def make(buf, nefc, ncon, solve_time, ctrl=None, cls=GDDResult):
+        r = new(cls)
         r.Zt = Zt
         r._buf = buf
         r._nv = nv
-        r.nefc = ((code >> 4) - fixed) >> 1
+        r.nefc = nefc
         r._nc = nc
         r.ncon = ncon
         r.physics_violation = None
         r.qacc_forward = None
         r.solve_time = solve_time
-        r._ctrl = None
+        r._ctrl = ctrl
         r._qacc = None
         return r
 

@@ -109,12 +109,19 @@ class GDDSolver:
 
     Raises:
       ParameterError: no actuators / no controllable actuator, bad settings.
+      ModelError: a ``<size memory>`` too small for the position and velocity stages the
+        compiled step runs (``mj_forward`` probed once at ``qpos0`` and the keyframes by
+        :func:`contactopt.native.check_compiled_loops`; a MuJoCo fatal error inside the compiled
+        step would end the process).  RK4 is fine here (the stages do not integrate).
     """
 
     #: recompute the penalty and violation scales (which use M⁻¹) every this many solves
     SCALE_INTERVAL = 25
 
     def __init__(self, model: mujoco.MjModel, settings: GDDSettings | None = None, **overrides):
+        from ... import native
+
+        native.check_compiled_loops(model, ("forward",), what="GDDSolver")
         self.model = model
         settings = settings or GDDSettings()
         if overrides:
@@ -262,7 +269,9 @@ class GDDSolver:
                     plan.terms is None or plan.terms == cost.terms):
                 code = cx[2](cx[3] if compute_stages else cx[4])
                 if code > 0 and code & 15 != K.STATUS_NUMERICAL_ERROR:
-                    return cx[5](self._outf[:code >> 4].copy(), code, data.ncon, _perf_counter() - t0)
+                    need = code >> 4
+                    return cx[5](self._outf[:need].copy(), (need - self._out_fixed) >> 1, data.ncon,
+                                 _perf_counter() - t0)
                 if code > 0:
                     return self._native_result(data, cost, plan, code, t0)
                 return self._native_retry(data, cost, plan, code, t0)
@@ -451,7 +460,7 @@ class GDDSolver:
                                 buf[o_log:].reshape(self._log.shape), nefc, t0,
                                 lambda: self._diagnose_fast(data, cost))
         self._qacc = buf[o_a:o_a + nv]
-        return GDDResult._packed(act.Zt, buf, nv, nefc, nc, data.ncon, time.perf_counter() - t0)
+        return _result_maker(act.Zt, nv, nc)(buf, nefc, data.ncon, time.perf_counter() - t0)
 
     def _step_context(self, plan, data, sp):
         """The context of :func:`kernels.gdd_step` for this plan, ``data`` and the solver's
@@ -492,8 +501,8 @@ class GDDSolver:
         staged = ctx.copy()
         ctx[K.CX_STAGES] = 1
         cx = self._ctx = (plan, data, plan.native, ctx, staged,
-                          _result_maker(plan.act.Zt, self.model.nv, plan.act.gain.size,
-                                        self._out_fixed), tuple(arrays.values()))
+                          _result_maker(plan.act.Zt, self.model.nv, plan.act.gain.size),
+                          tuple(arrays.values()))
         return cx
 
     def _solve_native(self, data, cost, plan, sp, t0, stages):
@@ -532,16 +541,13 @@ class GDDSolver:
         result's arrays."""
         need = code >> 4
         buf = self._outf[:need].copy()
-        nv = self.model.nv
-        nc = plan.act.gain.size
         nefc = (need - self._out_fixed) >> 1
         if (code & 15) == K.STATUS_NUMERICAL_ERROR or not self._all_controllable:
             self._hot = False
             return self._fast_result(data, cost, plan, buf, nefc, t0)
         self._have_warm = True
         self._hot = self._warm  # (all controllable here)
-        return GDDResult._packed(plan.act.Zt, buf, nv, nefc, nc, data.ncon,
-                                 time.perf_counter() - t0)
+        return self._ctx[5](buf, nefc, data.ncon, time.perf_counter() - t0)
 
     def _diagnose_fast(self, data, cost):
         """Numerical failure on the compiled path: name the cause through the general path."""

@@ -37,6 +37,27 @@ class FrameState(NamedTuple):
     time: float
 
 
+class _BufferGain:
+    """Descriptor for a gain kept at ``_kbuf[index]`` (the array the compiled solver reads): a
+    float, validated by ``check(name, value)`` when assigned."""
+
+    def __init__(self, index, check, doc):
+        self.index = index
+        self.check = check
+        self.__doc__ = doc
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        return float(obj._kbuf[self.index])
+
+    def __set__(self, obj, value):
+        obj._kbuf[self.index] = self.check(self.name, value)
+
+
 class SpringDamper:
     """Desired acceleration of a virtual spring-damper toward a spatial goal.
 
@@ -97,23 +118,8 @@ class SpringDamper:
     def position(self, value) -> None:
         self._kbuf[0:3] = as_array("position", value, (3,))
 
-    @property
-    def stiffness(self) -> float:
-        """k, 1/s² (> 0)."""
-        return float(self._kbuf[3])
-
-    @stiffness.setter
-    def stiffness(self, value) -> None:
-        self._kbuf[3] = check_positive("stiffness", value)
-
-    @property
-    def damping(self) -> float:
-        """b, 1/s (≥ 0)."""
-        return float(self._kbuf[4])
-
-    @damping.setter
-    def damping(self, value) -> None:
-        self._kbuf[4] = check_nonnegative("damping", value)
+    stiffness = _BufferGain(3, check_positive, "k, 1/s² (> 0).")
+    damping = _BufferGain(4, check_nonnegative, "b, 1/s (≥ 0).")
 
     @property
     def max_acceleration(self) -> float | None:

@@ -15,6 +15,21 @@ from .constants import FM
 from .workspace import _cost_blocks
 
 
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _cross_add(l0, l1, l2, w0, w1, w2, r0, r1, r2):
+    """``l + w × r`` (a velocity or acceleration moved to the offset ``r``)."""
+    return l0 + w1 * r2 - w2 * r1, l1 + w2 * r0 - w0 * r2, l2 + w0 * r1 - w1 * r0
+
+
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _point_acc(aa0, aa1, aa2, al0, al1, al2, w0, w1, w2, vl0, vl1, vl2, r0, r1, r2):
+    """Classical acceleration ``a_lin + α × r + ω × (v_lin + ω × r)`` of the point at offset
+    ``r`` of a body with the spatial acceleration ``(α, a_lin)`` and velocity ``(ω, v_lin)``."""
+    v0, v1, v2 = _cross_add(vl0, vl1, vl2, w0, w1, w2, r0, r1, r2)
+    t0, t1, t2 = _cross_add(al0, al1, al2, aa0, aa1, aa2, r0, r1, r2)
+    return _cross_add(t0, t1, t2, w0, w1, w2, v0, v1, v2)
+
+
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def com_bias(cdof_dot, qvel, ancestors, bodies, roots, mass, cvel, xipos, subtree_com, out):
     """Centre-of-mass acceleration at ``a = 0`` (``J̇_c v``, m/s²) from MuJoCo's com-based data.
@@ -40,18 +55,10 @@ def com_bias(cdof_dot, qvel, ancestors, bodies, roots, mass, cvel, xipos, subtre
                     acc6[c] += cdof_dot[j, c] * w
         b = bodies[k]
         rt = roots[k]
-        r0 = xipos[b, 0] - subtree_com[rt, 0]
-        r1 = xipos[b, 1] - subtree_com[rt, 1]
-        r2 = xipos[b, 2] - subtree_com[rt, 2]
-        w0 = cvel[b, 0]
-        w1 = cvel[b, 1]
-        w2 = cvel[b, 2]
-        v0 = cvel[b, 3] + w1 * r2 - w2 * r1
-        v1 = cvel[b, 4] + w2 * r0 - w0 * r2
-        v2 = cvel[b, 5] + w0 * r1 - w1 * r0
-        a0 = acc6[3] + acc6[1] * r2 - acc6[2] * r1 + w1 * v2 - w2 * v1
-        a1 = acc6[4] + acc6[2] * r0 - acc6[0] * r2 + w2 * v0 - w0 * v2
-        a2 = acc6[5] + acc6[0] * r1 - acc6[1] * r0 + w0 * v1 - w1 * v0
+        a0, a1, a2 = _point_acc(acc6[0], acc6[1], acc6[2], acc6[3], acc6[4], acc6[5],
+                                cvel[b, 0], cvel[b, 1], cvel[b, 2], cvel[b, 3], cvel[b, 4], cvel[b, 5],
+                                xipos[b, 0] - subtree_com[rt, 0], xipos[b, 1] - subtree_com[rt, 1],
+                                xipos[b, 2] - subtree_com[rt, 2])
         mb = mass[k]
         out[0] += mb * a0
         out[1] += mb * a1
@@ -59,6 +66,17 @@ def com_bias(cdof_dot, qvel, ancestors, bodies, roots, mass, cvel, xipos, subtre
         total += mb
     for c in range(3):
         out[c] /= total
+
+
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _capped(l0, l1, l2, cap):
+    """``l`` scaled to the norm ``cap`` when ``cap > 0`` and ``‖l‖ > cap`` (else ``l``)."""
+    if cap > 0.0:
+        n = math.sqrt(l0 * l0 + l1 * l1 + l2 * l2)
+        if n > cap:
+            sc = cap / n
+            return l0 * sc, l1 * sc, l2 * sc
+    return l0, l1, l2
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
@@ -93,13 +111,7 @@ def spring_residual(jac, jacdot, qvel, pos, goal, k, b, cap, use_jacdot, out):
             lin1 = x
         else:
             lin2 = x
-    if cap > 0.0:
-        n = math.sqrt(lin0 * lin0 + lin1 * lin1 + lin2 * lin2)
-        if n > cap:
-            sc = cap / n
-            lin0 *= sc
-            lin1 *= sc
-            lin2 *= sc
+    lin0, lin1, lin2 = _capped(lin0, lin1, lin2, cap)
     for r in range(3):
         bias = out[r]
         if use_jacdot != 0.0:
@@ -195,28 +207,39 @@ def _chain_body(si, b):
     return b
 
 
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _chain_start(si, span, doff, b, p0, p1, p2):
+    """Start of a walk over the dofs that move the point ``p`` of body ``b`` (``i = si[dp + i]``
+    with ``dp = si[SI_DOFPARENT]``, while ``i ≥ 0``): the last dof of the first body from ``b``
+    toward the root that has dofs (−1: welded to the world) and ``p − subtree_com[root]``, the
+    point relative to its tree's centre of mass (``cdof``'s reference point)."""
+    bc = _chain_body(si, b)
+    if bc == 0:
+        return -1, 0.0, 0.0, 0.0
+    oc = doff[DO_SUBCOM] + 3 * si[si[SI_ROOT] + bc]
+    i = si[si[SI_DOFADR] + bc] + si[si[SI_DOFNUM] + bc] - 1
+    return i, p0 - span[oc], p1 - span[oc + 1], p2 - span[oc + 2]
+
+
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _cdof_point(span, o, x0, x1, x2):
+    """Translational velocity at the offset ``x`` of the unit motion ``cdof`` at ``span[o:o+6]``
+    (``(angular, linear)``): ``lin + ang × x``."""
+    return _cross_add(span[o + 3], span[o + 4], span[o + 5], span[o], span[o + 1], span[o + 2],
+                      x0, x1, x2)
+
+
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def _add_point_jac(si, span, doff, b, p0, p1, p2, scale, Jr, r0):
     """``Jr[r0:r0+3] += scale · J_p(point, body b)`` (mj_jac's translational part from cdof)."""
-    b = _chain_body(si, b)
-    if b == 0:
-        return
-    root = si[si[SI_ROOT] + b]
-    oc = doff[DO_SUBCOM] + 3 * root
-    x0 = p0 - span[oc]
-    x1 = p1 - span[oc + 1]
-    x2 = p2 - span[oc + 2]
-    i = si[si[SI_DOFADR] + b] + si[si[SI_DOFNUM] + b] - 1
+    i, x0, x1, x2 = _chain_start(si, span, doff, b, p0, p1, p2)
     dp = si[SI_DOFPARENT]
     cd = doff[DO_CDOF]
     while i >= 0:
-        o = cd + 6 * i
-        w0 = span[o]
-        w1 = span[o + 1]
-        w2 = span[o + 2]
-        Jr[r0, i] += scale * (span[o + 3] + w1 * x2 - w2 * x1)
-        Jr[r0 + 1, i] += scale * (span[o + 4] + w2 * x0 - w0 * x2)
-        Jr[r0 + 2, i] += scale * (span[o + 5] + w0 * x1 - w1 * x0)
+        j0, j1, j2 = _cdof_point(span, cd + 6 * i, x0, x1, x2)
+        Jr[r0, i] += scale * j0
+        Jr[r0 + 1, i] += scale * j1
+        Jr[r0 + 2, i] += scale * j2
         i = si[dp + i]
 
 
@@ -224,21 +247,15 @@ def _add_point_jac(si, span, doff, b, p0, p1, p2, scale, Jr, r0):
 def _add_point_bias(si, span, doff, b, p0, p1, p2, scale, out, o0):
     """``out[o0:o0+3] += scale · J̇_p v`` at a point of body b (acceleration at a = 0), from
     cdof_dot and cvel: ``a_lin + α × r + ω × (v_lin + ω × r)`` with ``r`` from the subtree com."""
-    bc = _chain_body(si, b)
-    if bc == 0:
+    i, r0, r1, r2 = _chain_start(si, span, doff, b, p0, p1, p2)
+    if i < 0:
         return
-    root = si[si[SI_ROOT] + bc]
-    oc = doff[DO_SUBCOM] + 3 * root
-    r0 = p0 - span[oc]
-    r1 = p1 - span[oc + 1]
-    r2 = p2 - span[oc + 2]
     acc0 = 0.0
     acc1 = 0.0
     acc2 = 0.0
     acc3 = 0.0
     acc4 = 0.0
     acc5 = 0.0
-    i = si[si[SI_DOFADR] + bc] + si[si[SI_DOFNUM] + bc] - 1
     dp = si[SI_DOFPARENT]
     cd = doff[DO_CDOFDOT]
     qv = doff[DO_QVEL]
@@ -253,15 +270,11 @@ def _add_point_bias(si, span, doff, b, p0, p1, p2, scale, out, o0):
         acc5 += span[o + 5] * vi
         i = si[dp + i]
     ov = doff[DO_CVEL] + 6 * b
-    w0 = span[ov]
-    w1 = span[ov + 1]
-    w2 = span[ov + 2]
-    v0 = span[ov + 3] + w1 * r2 - w2 * r1
-    v1 = span[ov + 4] + w2 * r0 - w0 * r2
-    v2 = span[ov + 5] + w0 * r1 - w1 * r0
-    out[o0] += scale * (acc3 + acc1 * r2 - acc2 * r1 + w1 * v2 - w2 * v1)
-    out[o0 + 1] += scale * (acc4 + acc2 * r0 - acc0 * r2 + w2 * v0 - w0 * v2)
-    out[o0 + 2] += scale * (acc5 + acc0 * r1 - acc1 * r0 + w0 * v1 - w1 * v0)
+    a0, a1, a2 = _point_acc(acc0, acc1, acc2, acc3, acc4, acc5, span[ov], span[ov + 1],
+                            span[ov + 2], span[ov + 3], span[ov + 4], span[ov + 5], r0, r1, r2)
+    out[o0] += scale * a0
+    out[o0 + 1] += scale * a1
+    out[o0 + 2] += scale * a2
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
@@ -285,16 +298,11 @@ def _add_com_jac(si, span, doff, comb, lo, dofw, Jr, r0):
         w = dofw[i]
         ox = osc + 3 * b
         oc = osc + 3 * si[rt + b]
-        x0 = span[ox] - span[oc]
-        x1 = span[ox + 1] - span[oc + 1]
-        x2 = span[ox + 2] - span[oc + 2]
-        o = cd + 6 * i
-        w0 = span[o]
-        w1 = span[o + 1]
-        w2 = span[o + 2]
-        Jr[r0, i] += w * (span[o + 3] + w1 * x2 - w2 * x1)
-        Jr[r0 + 1, i] += w * (span[o + 4] + w2 * x0 - w0 * x2)
-        Jr[r0 + 2, i] += w * (span[o + 5] + w0 * x1 - w1 * x0)
+        j0, j1, j2 = _cdof_point(span, cd + 6 * i, span[ox] - span[oc], span[ox + 1] - span[oc + 1],
+                                 span[ox + 2] - span[oc + 2])
+        Jr[r0, i] += w * j0
+        Jr[r0 + 1, i] += w * j1
+        Jr[r0 + 2, i] += w * j2
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
@@ -335,21 +343,17 @@ def _add_com_bias(si, span, doff, bodies, lo, cnt, frac, out, o0, cacc):
     for k in range(cnt):
         b = bodies[lo + k]
         oc = osc + 3 * si[rt + b]
-        r0 = span[oxi + 3 * b] - span[oc]
-        r1 = span[oxi + 3 * b + 1] - span[oc + 1]
-        r2 = span[oxi + 3 * b + 2] - span[oc + 2]
+        ox = oxi + 3 * b
         ov = ocv + 6 * b
-        w0 = span[ov]
-        w1 = span[ov + 1]
-        w2 = span[ov + 2]
-        v0 = span[ov + 3] + w1 * r2 - w2 * r1
-        v1 = span[ov + 4] + w2 * r0 - w0 * r2
-        v2 = span[ov + 5] + w0 * r1 - w1 * r0
         a = 6 * b
+        a0, a1, a2 = _point_acc(cacc[a], cacc[a + 1], cacc[a + 2], cacc[a + 3], cacc[a + 4],
+                                cacc[a + 5], span[ov], span[ov + 1], span[ov + 2], span[ov + 3],
+                                span[ov + 4], span[ov + 5], span[ox] - span[oc],
+                                span[ox + 1] - span[oc + 1], span[ox + 2] - span[oc + 2])
         f = frac[k]
-        s0 += f * (cacc[a + 3] + cacc[a + 1] * r2 - cacc[a + 2] * r1 + w1 * v2 - w2 * v1)
-        s1 += f * (cacc[a + 4] + cacc[a + 2] * r0 - cacc[a] * r2 + w2 * v0 - w0 * v2)
-        s2 += f * (cacc[a + 5] + cacc[a] * r1 - cacc[a + 1] * r0 + w0 * v1 - w1 * v0)
+        s0 += f * a0
+        s1 += f * a1
+        s2 += f * a2
     out[o0] += s0
     out[o0 + 1] += s1
     out[o0 + 2] += s2
@@ -358,28 +362,15 @@ def _add_com_bias(si, span, doff, bodies, lo, cnt, frac, out, o0, cacc):
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def _add_body_ft(si, span, doff, b, f, fo, c):
     """``c −= J_p(xipos_b)ᵀ force + J_r(b)ᵀ torque`` for ``f[fo:fo+6] = (force, torque)`` (mj_applyFT)."""
-    bc = _chain_body(si, b)
-    if bc == 0:
-        return
-    root = si[si[SI_ROOT] + bc]
-    oc = doff[DO_SUBCOM] + 3 * root
     ox = doff[DO_XIPOS] + 3 * b
-    x0 = span[ox] - span[oc]
-    x1 = span[ox + 1] - span[oc + 1]
-    x2 = span[ox + 2] - span[oc + 2]
-    i = si[si[SI_DOFADR] + bc] + si[si[SI_DOFNUM] + bc] - 1
+    i, x0, x1, x2 = _chain_start(si, span, doff, b, span[ox], span[ox + 1], span[ox + 2])
     dp = si[SI_DOFPARENT]
     cd = doff[DO_CDOF]
     while i >= 0:
         o = cd + 6 * i
-        w0 = span[o]
-        w1 = span[o + 1]
-        w2 = span[o + 2]
-        jp0 = span[o + 3] + w1 * x2 - w2 * x1
-        jp1 = span[o + 4] + w2 * x0 - w0 * x2
-        jp2 = span[o + 5] + w0 * x1 - w1 * x0
+        jp0, jp1, jp2 = _cdof_point(span, o, x0, x1, x2)
         c[i] -= (jp0 * f[fo] + jp1 * f[fo + 1] + jp2 * f[fo + 2]
-                 + w0 * f[fo + 3] + w1 * f[fo + 4] + w2 * f[fo + 5])
+                 + span[o] * f[fo + 3] + span[o + 1] * f[fo + 4] + span[o + 2] * f[fo + 5])
         i = si[dp + i]
 
 
@@ -408,14 +399,10 @@ def sub_quat(qa0, qa1, qa2, qa3, qb0, qb1, qb2, qb3, out, o):
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def differentiate_pos(si, qpos, qo, qref, out):
     """``out (nv,) = qref ⊖ qpos`` (mj_differentiatePos with dt = 1); ``qpos[qo:]`` is read."""
-    nj = si[SI_NJNT]
-    jt = si[SI_JTYPE]
-    jq = si[SI_JQPOS]
-    jd = si[SI_JDOF]
-    for j in range(nj):
-        t = si[jt + j]
-        pa = si[jq + j]
-        va = si[jd + j]
+    for j in range(si[SI_NJNT]):
+        t = si[si[SI_JTYPE] + j]
+        pa = si[si[SI_JQPOS] + j]
+        va = si[si[SI_JDOF] + j]
         if t == 0:  # free
             for k in range(3):
                 out[va + k] = qref[pa + k] - qpos[qo + pa + k]
@@ -437,13 +424,7 @@ def _spring_rows(tp, vel0, vel1, vel2, p0, p1, p2, e, r0):
     l0 = k * tp[6] * (tp[0] - p0) - b * vel0
     l1 = k * tp[7] * (tp[1] - p1) - b * vel1
     l2 = k * tp[8] * (tp[2] - p2) - b * vel2
-    if cap > 0.0:
-        n = math.sqrt(l0 * l0 + l1 * l1 + l2 * l2)
-        if n > cap:
-            sc = cap / n
-            l0 *= sc
-            l1 *= sc
-            l2 *= sc
+    l0, l1, l2 = _capped(l0, l1, l2, cap)
     e[r0] -= l0 + tp[9]
     e[r0 + 1] -= l1 + tp[10]
     e[r0 + 2] -= l2 + tp[11]

@@ -13,7 +13,7 @@ from .constants import FM, ROW_CONE, STATE_CONE
 from .constraints import constraint_update, hs_mul
 from .kkt import _mark_kinks
 from .linalg import _dot, _gram_lower, _m_solve, _matTvec_add, _matvec, _smatvec, cholesky
-from .workspace import _take, _take2
+from .workspace import _dims, _take, _take2
 
 # ---------------------------------------------------------------- objective
 
@@ -246,6 +246,20 @@ def _probe_states(pb, wk, a, d, Jd):
     _eval_gradient(pb, wk, a)
 
 
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _scaled_row_times(ZT, col, sr, C, idx, nnz, r, P):
+    """``ZT[:, col] = sr · C_r P``, the row ``r`` of ``C`` (nonzeros ``idx[r, :nnz[r]]``) times
+    the symmetric ``P``."""
+    nv = ZT.shape[0]
+    for k in range(nv):
+        ZT[k, col] = 0.0
+    for p in range(nnz[r]):
+        t = idx[r, p]
+        cv = sr * C[r, t]
+        for k in range(nv):
+            ZT[k, col] += cv * P[t, k]
+
+
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def _build_hessian(pb, wk):
     """Gauss-Newton Hessian ``Pᵀ S P + Q + K2ᵀK2`` (eq. 18 with the AL terms), factored into LH.
@@ -257,11 +271,7 @@ def _build_hessian(pb, wk):
     """
     M = pb.M
     J = pb.J
-    nv = M.shape[0]
-    nefc = J.shape[0]
-    nz = pb.Ceq.shape[0]
-    nb = pb.Cbox.shape[0]
-    m2 = pb.Ka2.shape[0]
+    nv, nefc, nz, nb, m2 = _dims(pb)
     P = wk.P
     Hm = wk.Hm
     # P = M + Jᵀ H J.  The rows with a diagonal H (all but elliptic cones) as the Gram matrix
@@ -331,25 +341,11 @@ def _build_hessian(pb, wk):
             ZT[k, t] = sd * X[t, k]
     ncol = nv
     for e in range(nz):
-        sr = math.sqrt(pb.rho_e[e])
-        for k in range(nv):
-            ZT[k, ncol] = 0.0
-        for p in range(pb.ce_nnz[e]):
-            t = pb.ce_idx[e, p]
-            cv = sr * pb.Ceq[e, t]
-            for k in range(nv):
-                ZT[k, ncol] += cv * P[t, k]
+        _scaled_row_times(ZT, ncol, math.sqrt(pb.rho_e[e]), pb.Ceq, pb.ce_idx, pb.ce_nnz, e, P)
         ncol += 1
     for j in range(nb):
         if wk.bact[j] != 0:
-            sr = math.sqrt(pb.rho_b[j])
-            for k in range(nv):
-                ZT[k, ncol] = 0.0
-            for p in range(pb.cb_nnz[j]):
-                t = pb.cb_idx[j, p]
-                cv = sr * pb.Cbox[j, t]
-                for k in range(nv):
-                    ZT[k, ncol] += cv * P[t, k]
+            _scaled_row_times(ZT, ncol, math.sqrt(pb.rho_b[j]), pb.Cbox, pb.cb_idx, pb.cb_nnz, j, P)
             ncol += 1
     for q_ in range(m2):
         for k in range(nv):

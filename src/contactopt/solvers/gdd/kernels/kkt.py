@@ -104,6 +104,35 @@ def _pinned(wk):
     return idx
 
 
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _pinned_system(pb, wk, kidx, X, S):
+    """``X = L⁻¹ J_Kᵀ`` ``(nv, nk)`` for the pinned rows ``K = kidx`` (``L``: the Hessian's factor
+    ``wk.LH``) and ``S += XᵀX = J_K H⁻¹ J_Kᵀ`` ``(nk, nk)``; ``X`` is zero on entry."""
+    nv = X.shape[0]
+    nk = kidx.shape[0]
+    for c in range(nk):
+        for k in range(nv):
+            X[k, c] = pb.J[kidx[c], k]
+    _lower_solve_rows(wk.LH, X)
+    for t in range(nv):
+        for r in range(nk):
+            xr = X[t, r]
+            for c in range(nk):
+                S[r, c] += xr * X[t, c]
+
+
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _shift_diagonal(S):
+    """``S += (10⁻¹² max_r S_rr + 10⁻³⁰⁰) I``, the regularization of a Gram matrix of possibly
+    dependent rows before its factorization; returns ``max_r S_rr``."""
+    tr = 0.0
+    for r in range(S.shape[0]):
+        tr = max(tr, S[r, r])
+    for r in range(S.shape[0]):
+        S[r, r] += 1e-12 * tr + 1e-300
+    return tr
+
+
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def _face_step(pb, wk, kidx, d, nu):
     """Newton step restricted to the face ``J_K d = 0`` of the pinned rows K.
@@ -123,23 +152,13 @@ def _face_step(pb, wk, kidx, d, nu):
     r_, o = _take(wk.scr, o, nk)
     LG, o = _take2(wk.scr, o, nk, nk)
     _fill(wk.scr[:o], 0.0)
-    for c in range(nk):
-        for k in range(nv):
-            X[k, c] = pb.J[kidx[c], k]
-    _lower_solve_rows(wk.LH, X)
+    _pinned_system(pb, wk, kidx, X, S)
     _fwd_solve(wk.LH, wk.grad, y)
     for t in range(nv):
         yt = y[t]
         for r in range(nk):
-            xr = X[t, r]
-            rhs[r] -= xr * yt
-            for c in range(nk):
-                S[r, c] += xr * X[t, c]
-    tr = 0.0
-    for r in range(nk):
-        tr = max(tr, S[r, r])
-    for r in range(nk):
-        S[r, r] += 1e-12 * tr + 1e-300
+            rhs[r] -= X[t, r] * yt
+    tr = _shift_diagonal(S)
     if not cholesky(S, LS):
         for r in range(nk):
             S[r, r] += 1e-8 * tr
@@ -164,11 +183,7 @@ def _face_step(pb, wk, kidx, d, nu):
             for k in range(nv):
                 s += pb.J[ia, k] * pb.J[ib, k]
             G[a_, b_] = s
-    trg = 0.0
-    for a_ in range(nk):
-        trg = max(trg, G[a_, a_])
-    for a_ in range(nk):
-        G[a_, a_] += 1e-12 * trg + 1e-300
+    _shift_diagonal(G)
     if cholesky(G, LG):
         chol_solve(LG, r_, r_)
         for a_ in range(nk):
@@ -303,22 +318,13 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
             tv[r] -= _dot(CT[r], z)
     _gram_lower(S, CT, nv, S)  # S = C H⁻¹ Cᵀ (lower triangle; S is zero on entry)
     if nk > 0:
-        for c in range(nk):
-            for k in range(nv):
-                XK[k, c] = pb.J[kidx[c], k]
-        _lower_solve_rows(wk.LH, XK)
+        _pinned_system(pb, wk, kidx, XK, SK)
         for t in range(nv):
             for r in range(nk):
                 xr = XK[t, r]
-                for k in range(nk):
-                    SK[r, k] += xr * XK[t, k]
                 for k in range(nA):
                     B[r, k] += xr * CT[k, t]
-        tr = 0.0
-        for r in range(nk):
-            tr = max(tr, SK[r, r])
-        for r in range(nk):
-            SK[r, r] += 1e-12 * tr + 1e-300
+        _shift_diagonal(SK)
         if not cholesky(SK, LK):
             return False
         for k in range(nA):

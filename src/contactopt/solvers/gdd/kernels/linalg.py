@@ -34,6 +34,27 @@ def _four_row_dots(X, r, v, n):
     return s0, s1, s2, s3
 
 
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _rows_minus_dots(X, v, n, B, col, r0, r1, inv):
+    """``X[r, col] = (B[r, col] − X[r, :n] · v[:n]) · inv`` for the rows ``r0 ≤ r < r1``, four
+    rows at a time (:func:`_four_row_dots`), then one by one; ``col`` is not among the first
+    ``n`` columns (``B`` may be ``X``)."""
+    r = r0
+    while r + 4 <= r1:
+        s0, s1, s2, s3 = _four_row_dots(X, r, v, n)
+        X[r, col] = (B[r, col] - s0) * inv
+        X[r + 1, col] = (B[r + 1, col] - s1) * inv
+        X[r + 2, col] = (B[r + 2, col] - s2) * inv
+        X[r + 3, col] = (B[r + 3, col] - s3) * inv
+        r += 4
+    while r < r1:
+        s = B[r, col]
+        for k in range(n):
+            s -= X[r, k] * v[k]
+        X[r, col] = s * inv
+        r += 1
+
+
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def cholesky(A, L):
     """Lower Cholesky factor ``A = L Lᵀ`` from the lower triangle of ``A``; False if not SPD.
@@ -55,21 +76,7 @@ def cholesky(A, L):
             return False
         d = math.sqrt(s)
         L[j, j] = d
-        inv = 1.0 / d
-        i = j + 1
-        while i + 4 <= n:
-            s0, s1, s2, s3 = _four_row_dots(L, i, L[j], j)
-            L[i, j] = (A[i, j] - s0) * inv
-            L[i + 1, j] = (A[i + 1, j] - s1) * inv
-            L[i + 2, j] = (A[i + 2, j] - s2) * inv
-            L[i + 3, j] = (A[i + 3, j] - s3) * inv
-            i += 4
-        while i < n:
-            s = A[i, j]
-            for k in range(j):
-                s -= L[i, k] * L[j, k]
-            L[i, j] = s * inv
-            i += 1
+        _rows_minus_dots(L, L[j], j, A, j, j + 1, n, 1.0 / d)
     for i in range(n - 1):
         for j in range(i + 1, n):
             L[i, j] = 0.0
@@ -79,17 +86,8 @@ def cholesky(A, L):
 @njit(cache=True, fastmath=FM, error_model="numpy")
 def chol_solve(L, b, x):
     """Solve ``L Lᵀ x = b`` (``x`` may alias ``b``)."""
-    n = L.shape[0]
-    for i in range(n):
-        s = b[i]
-        for k in range(i):
-            s -= L[i, k] * x[k]
-        x[i] = s / L[i, i]
-    for i in range(n - 1, -1, -1):
-        xi = x[i] / L[i, i]
-        x[i] = xi
-        for k in range(i):
-            x[k] -= L[i, k] * xi
+    _fwd_solve(L, b, x)
+    _bwd_solve(L, x)
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")
@@ -194,24 +192,8 @@ def _lower_solve_rhs_rows(L, XT):
     row prefixes, four right-hand sides together (:func:`_four_row_dots`): the substitution
     of one right-hand side is a chain of latency-bound dot products.
     """
-    n = L.shape[0]
-    m = XT.shape[0]
-    for i in range(n):
-        inv = 1.0 / L[i, i]
-        j = 0
-        while j + 4 <= m:
-            s0, s1, s2, s3 = _four_row_dots(XT, j, L[i], i)
-            XT[j, i] = (XT[j, i] - s0) * inv
-            XT[j + 1, i] = (XT[j + 1, i] - s1) * inv
-            XT[j + 2, i] = (XT[j + 2, i] - s2) * inv
-            XT[j + 3, i] = (XT[j + 3, i] - s3) * inv
-            j += 4
-        while j < m:
-            s0 = XT[j, i]
-            for k in range(i):
-                s0 -= L[i, k] * XT[j, k]
-            XT[j, i] = s0 * inv
-            j += 1
+    for i in range(L.shape[0]):
+        _rows_minus_dots(XT, L[i], i, XT, i, 0, XT.shape[0], 1.0 / L[i, i])
 
 
 @njit(cache=True, fastmath=FM, error_model="numpy")

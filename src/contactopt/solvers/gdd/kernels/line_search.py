@@ -6,19 +6,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .constants import (
-    FM,
-    ROW_FRICTION,
-    ROW_ONESIDED,
-    STATE_LINEARNEG,
-    STATE_LINEARPOS,
-    STATE_QUADRATIC,
-    STATE_SATISFIED,
-)
+from .constants import FM, ROW_FRICTION, ROW_ONESIDED
+from .constants import STATE_LINEARNEG, STATE_LINEARPOS, STATE_QUADRATIC, STATE_SATISFIED
 from .constraints import constraint_update, hs_mul
 from .evaluate import _box_nu, _box_psi
 from .linalg import _dot, _m_solve, _matTvec_add, _matvec, _smatvec, _srow_dot
-from .workspace import _fill, _take
+from .workspace import _dims, _fill, _take, _take2
 
 # ---------------------------------------------------------------- exact line search (pyramidal)
 
@@ -62,11 +55,7 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
     """
     (rowstate, g1, y1, yk, hk, h1, wk_, w1, rk, r1, dfd, tmp_nv,
      ev_alpha, ev_row, ev_type, bhi, blo, order) = ls
-    nv = a.shape[0]
-    nefc = Jd.shape[0]
-    nz = pb.Ceq.shape[0]
-    nb = pb.Cbox.shape[0]
-    m2 = pb.Ka2.shape[0]
+    nv, nefc, nz, nb, m2 = _dims(pb)
     lo = pb.lo
     hi = pb.hi
     rho_b = pb.rho_b
@@ -235,11 +224,7 @@ def _linesearch_sweep(pb, wk, a, d, Jd, lam, mu_lo, mu_hi, ls):
 def _phi_line(pb, alpha, a, d, Jd, Md, lam, mu_lo, mu_hi, lw):
     """φ(α) and φ'(α) along ``a + α d`` by direct evaluation (any cone type)."""
     (at, jt, ft, st, hd, hc, gt, yt, ht, wt, nut, bact, g1t, te, te2, tn, rt) = lw
-    nv = a.shape[0]
-    nefc = Jd.shape[0]
-    nz = pb.Ceq.shape[0]
-    nb = pb.Cbox.shape[0]
-    m2 = pb.Ka2.shape[0]
+    nv, nefc, nz, nb, m2 = _dims(pb)
     for k in range(nv):
         at[k] = a[k] + alpha * d[k]
     _matvec(pb.J, at, jt)
@@ -294,27 +279,17 @@ def _linesearch_1d(pb, a, d, Jd, dphi0, lam, mu_lo, mu_hi, scr, scri):
     breakpoints; a bracket collapsing onto a jump is a kink minimum.
     Returns ``(α, evaluations)``.  ``scr``, ``scri``: float / int scratch (:func:`_ws_sizes`).
     """
-    nv = a.shape[0]
-    nefc = Jd.shape[0]
-    nz = pb.Ceq.shape[0]
-    nb = pb.Cbox.shape[0]
-    m2 = pb.Ka2.shape[0]
-    at, o = _take(scr, 0, nv)
-    jt, o = _take(scr, o, nefc)
-    ft, o = _take(scr, o, nefc)
-    hd, o = _take(scr, o, nefc)
-    hc1, o = _take(scr, o, nefc * 36)
-    gt, o = _take(scr, o, nv)
-    yt, o = _take(scr, o, nv)
+    nv, nefc, nz, nb, m2 = _dims(pb)
+    # the temporaries of one length together (as counted by _scratch_size)
+    sv, o = _take2(scr, 0, 6, nv)
+    at, gt, yt, g1t, tn, Md = sv[0], sv[1], sv[2], sv[3], sv[4], sv[5]
+    se, o = _take2(scr, o, 5, nefc)
+    jt, ft, hd, te, te2 = se[0], se[1], se[2], se[3], se[4]
+    sb, o = _take2(scr, o, 2, nb)
+    wt, nut = sb[0], sb[1]
     ht, o = _take(scr, o, nz)
-    wt, o = _take(scr, o, nb)
-    nut, o = _take(scr, o, nb)
-    g1t, o = _take(scr, o, nv)
-    te, o = _take(scr, o, nefc)
-    te2, o = _take(scr, o, nefc)
-    tn, o = _take(scr, o, nv)
     rt, o = _take(scr, o, m2)
-    Md, o = _take(scr, o, nv)
+    hc1, o = _take(scr, o, nefc * 36)
     _fill(hc1, 0.0)
     st, oi = _take(scri, 0, nefc)
     bact, oi = _take(scri, oi, nb)

@@ -79,6 +79,7 @@ from .line_search import _linesearch_1d, _linesearch_sweep
 from .workspace import (
     Prob,
     Work,
+    _actuation_blocks,
     _all_finite,
     _cost_blocks,
     _fill,
@@ -275,17 +276,8 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
     nz = iparams[IPAR_NZ]
     nb = iparams[IPAR_NB]
     nc = iparams[IPAR_NC]
-    o = 0
-    Ceq, o = _take2(actbuf, o, nz, nv)
-    Cbox, o = _take2(actbuf, o, nb, nv)
-    Bdir, o = _take2(actbuf, o, nb, nv)
-    Bpinv, o = _take2(actbuf, o, nc, nv)
-    lo, o = _take(actbuf, o, nb)
-    hi, o = _take(actbuf, o, nb)
-    gain, o = _take(actbuf, o, nc)
-    bias, o = _take(actbuf, o, nc)
-    ctrl_lo, o = _take(actbuf, o, nc)
-    ctrl_hi, o = _take(actbuf, o, nc)
+    Ceq, Cbox, Bdir, Bpinv, lo, hi, gain, bias, ctrl_lo, ctrl_hi = _actuation_blocks(
+        actbuf, nz, nb, nc, nv)
     km = iparams[IPAR_KM]
     kd = iparams[IPAR_KD]
     m1 = iparams[IPAR_M1]
@@ -316,84 +308,53 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
         stats[ST_WS_INT] = ni
         stats[ST_STATUS] = STATUS_WORKSPACE
         return
-    # int part; the Ceq/Cbox sparsity patterns come first (kept between calls)
+    # int part; the Ceq/Cbox sparsity patterns come first (kept between calls), then the arrays
+    # of one length together (as counted by _ws_sizes)
     oi = 0
     ce_idx, oi = _take2(wsi, oi, nz, nv)
     ce_nnz, oi = _take(wsi, oi, nz)
     cb_idx, oi = _take2(wsi, oi, nb, nv)
     cb_nnz, oi = _take(wsi, oi, nb)
-    kind, oi = _take(wsi, oi, nefc)
-    cdim, oi = _take(wsi, oi, nefc)
     jnz, oi = _take2(wsi, oi, nefc, nv)
-    jnnz, oi = _take(wsi, oi, nefc)
-    w_state, oi = _take(wsi, oi, nefc)
-    w_kink, oi = _take(wsi, oi, nefc)
-    w_release, oi = _take(wsi, oi, nefc)
-    w_bact, oi = _take(wsi, oi, nb)
-    w_nk, oi = _take(wsi, oi, 1)
-    l_rowstate, oi = _take(wsi, oi, nefc)
-    l_evrow, oi = _take(wsi, oi, 2 * nefc + 1)
-    l_evtype, oi = _take(wsi, oi, 2 * nefc + 1)
-    l_bhi, oi = _take(wsi, oi, nb)
-    l_blo, oi = _take(wsi, oi, nb)
-    fact_state, oi = _take(wsi, oi, nefc)
-    fact_bact, oi = _take(wsi, oi, nb)
-    l_order, oi = _take(wsi, oi, 2 * nefc + 1)
-    w_kidx, oi = _take(wsi, oi, nefc)
-    w_scri, oi = _take(wsi, oi, nefc + nb)
-    prev_kink, oi = _take(wsi, oi, nefc)
+    ie, oi = _take2(wsi, oi, 10, nefc)
+    kind, cdim, jnnz, w_state, w_kink = ie[0], ie[1], ie[2], ie[3], ie[4]
+    w_release, l_rowstate, fact_state, w_kidx, prev_kink = ie[5], ie[6], ie[7], ie[8], ie[9]
+    ib, oi = _take2(wsi, oi, 4, nb)
+    w_bact, l_bhi, l_blo, fact_bact = ib[0], ib[1], ib[2], ib[3]
+    iev, oi = _take2(wsi, oi, 3, 2 * nefc + 1)
+    l_evrow, l_evtype, l_order = iev[0], iev[1], iev[2]
     m_rn, oi = _take(wsi, oi, nv)
     m_ra, oi = _take(wsi, oi, nv)
     m_ci, oi = _take(wsi, oi, nv * (nv + 1) // 2)
-    # float part
+    w_nk, oi = _take(wsi, oi, 1)
+    w_scri, oi = _take(wsi, oi, nefc + nb)
+    # float part, likewise
     of = 0
-    cmu, of = _take(wsf, of, nefc)
+    fv, of = _take2(wsf, of, 15, nv)
+    m_di, q, w_g, w_y, w_gradg = fv[0], fv[1], fv[2], fv[3], fv[4]
+    w_grad, w_tmpnv, w_Qa, l_g1, l_y1 = fv[5], fv[6], fv[7], fv[8], fv[9]
+    l_yk, l_tmpnv, dvec, c_tmp, c_Mt = fv[10], fv[11], fv[12], fv[13], fv[14]
+    fe, of = _take2(wsf, of, 9, nefc)
+    cmu, w_jar, w_f, w_hdiag, w_tmpefc, w_tmpefc2 = fe[0], fe[1], fe[2], fe[3], fe[4], fe[5]
+    l_dfd, Jd, w_nuk = fe[6], fe[7], fe[8]
     cfric, of = _take2(wsf, of, nefc, 5)
-    m_q, of = _take(wsf, of, nv * (nv + 1) // 2)
-    m_di, of = _take(wsf, of, nv)
+    fz, of = _take2(wsf, of, 3, nz)
+    w_h, l_hk, l_h1 = fz[0], fz[1], fz[2]
+    fb, of = _take2(wsf, of, 4, nb)
+    w_w, w_nu, l_wk, l_w1 = fb[0], fb[1], fb[2], fb[3]
+    fr, of = _take2(wsf, of, 4, m2)
+    e2s, w_r2, l_rk, l_r1 = fr[0], fr[1], fr[2], fr[3]
     Q, of = _take2(wsf, of, nv, nv)
-    q, of = _take(wsf, of, nv)
-    Ka2s, of = _take2(wsf, of, m2, nv)
-    Kf2s, of = _take2(wsf, of, m2, nefc)
-    e2s, of = _take(wsf, of, m2)
-    w_jar, of = _take(wsf, of, nefc)
-    w_f, of = _take(wsf, of, nefc)
-    w_hdiag, of = _take(wsf, of, nefc)
-    w_hcone, of = _take2(wsf, of, ncone, 36)
-    w_g, of = _take(wsf, of, nv)
-    w_y, of = _take(wsf, of, nv)
-    w_h, of = _take(wsf, of, nz)
-    w_w, of = _take(wsf, of, nb)
-    w_nu, of = _take(wsf, of, nb)
-    w_r2, of = _take(wsf, of, m2)
-    w_gradg, of = _take(wsf, of, nv)
-    w_grad, of = _take(wsf, of, nv)
-    w_tmpnv, of = _take(wsf, of, nv)
-    w_Qa, of = _take(wsf, of, nv)
-    w_tmpefc, of = _take(wsf, of, nefc)
-    w_tmpefc2, of = _take(wsf, of, nefc)
-    w_K2, of = _take2(wsf, of, m2, nv)
     w_P, of = _take2(wsf, of, nv, nv)
     w_Hm, of = _take2(wsf, of, nv, nv)
     w_LH, of = _take2(wsf, of, nv, nv)
+    Ka2s, of = _take2(wsf, of, m2, nv)
+    w_K2, of = _take2(wsf, of, m2, nv)
+    Kf2s, of = _take2(wsf, of, m2, nefc)
     w_Z, of = _take2(wsf, of, nv, nv + nz + nb + m2)
-    l_g1, of = _take(wsf, of, nv)
-    l_y1, of = _take(wsf, of, nv)
-    l_yk, of = _take(wsf, of, nv)
-    l_hk, of = _take(wsf, of, nz)
-    l_h1, of = _take(wsf, of, nz)
-    l_wk, of = _take(wsf, of, nb)
-    l_w1, of = _take(wsf, of, nb)
-    l_rk, of = _take(wsf, of, m2)
-    l_r1, of = _take(wsf, of, m2)
-    l_dfd, of = _take(wsf, of, nefc)
-    l_tmpnv, of = _take(wsf, of, nv)
+    w_hcone, of = _take2(wsf, of, ncone, 36)
+    m_q, of = _take(wsf, of, nv * (nv + 1) // 2)
     l_evalpha, of = _take(wsf, of, 2 * nefc + 1)
-    dvec, of = _take(wsf, of, nv)
-    Jd, of = _take(wsf, of, nefc)
-    c_tmp, of = _take(wsf, of, nv)
-    c_Mt, of = _take(wsf, of, nv)
-    w_nuk, of = _take(wsf, of, nefc)
     w_scr, of = _take(wsf, of, _scratch_size(nv, nefc, nz, nb, m2))
     if of != nf or oi != ni:  # pragma: no cover - _ws_sizes out of sync with the carving
         stats[ST_STATUS] = STATUS_NUMERICAL_ERROR
@@ -508,15 +469,7 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
                 nsafe += 1
                 cold = True
                 _cold_start(a, a_free, lam, mu_lo, mu_hi)
-    status = STATUS_CONVERGED
-    iters = 0
-    duals = 0
-    nfact = 0
-    events_total = 0
-    ls_evals = 0
     gnorm = 0.0
-    phi = 0.0
-    ell = 0.0
     for attempt in range(2):
         if attempt == 1:
             # the first attempt failed (non-finite or huge step, a numerical failure, or no
@@ -536,6 +489,12 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
             newton_dual_first = False
         else:
             newton_dual_first = newton_dual == 1
+        # counts of this attempt
+        iters = 0
+        duals = 0
+        nfact = 0
+        events_total = 0
+        ls_evals = 0
         status = STATUS_CONVERGED
         phi, ell = _evaluate(pb, wk, a, lam, mu_lo, mu_hi)
         if not (math.isfinite(phi) and _all_finite(wk.grad)):
@@ -544,12 +503,6 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
                 continue
             break
 
-        status = STATUS_CONVERGED
-        iters = 0
-        duals = 0
-        nfact = 0
-        events_total = 0
-        ls_evals = 0
         gnorm = math.sqrt(_dot(wk.grad, wk.grad))
         tol_grad = max(tol_grad0, params[PAR_TOL_GRAD] * math.sqrt(_dot(wk.g, wk.g)))
         stall_rounds = 0

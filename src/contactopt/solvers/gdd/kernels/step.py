@@ -12,10 +12,8 @@ from ....native import (
     mj_fwdposition,
     mj_fwdvelocity,
     raw_f64,
-    raw_f64_2d,
     raw_i32,
     raw_i64,
-    raw_i64_2d,
     raw_u64,
 )
 from .constants import (
@@ -195,27 +193,32 @@ CX_N = CX_ARRAYS + 3 * AS_N
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _cx_f(ctx, slot):
+def _cx_slot(ctx, slot):
+    """``(address, rows, columns)`` of the array in slot ``slot`` (``AS_*``) of the step context
+    (one column for a 1-D array)."""
     o = CX_ARRAYS + 3 * slot
-    return raw_f64(ctx[o], ctx[o + 1])
+    return ctx[o], ctx[o + 1], ctx[o + 2]
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _cx_f2(ctx, slot):
-    o = CX_ARRAYS + 3 * slot
-    return raw_f64_2d(ctx[o], ctx[o + 1], ctx[o + 2])
+def _cx_f(ctx, slot):
+    """The float64 array of slot ``slot``, flat (see :func:`_cx_2d`)."""
+    adr, n, m = _cx_slot(ctx, slot)
+    return raw_f64(adr, n * m)
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _cx_2d(ctx, slot, flat):
+    """``flat`` (:func:`_cx_f` or :func:`_cx_i` of slot ``slot``) as its ``(rows, columns)`` array."""
+    _, n, m = _cx_slot(ctx, slot)
+    return _as_2d(flat, n, m)
 
 
 @njit(cache=True, inline="always", error_model="numpy")
 def _cx_i(ctx, slot):
-    o = CX_ARRAYS + 3 * slot
-    return raw_i64(ctx[o], ctx[o + 1])
-
-
-@njit(cache=True, inline="always", error_model="numpy")
-def _cx_i2(ctx, slot):
-    o = CX_ARRAYS + 3 * slot
-    return raw_i64_2d(ctx[o], ctx[o + 1], ctx[o + 2])
+    """The int64 array of slot ``slot``, flat (see :func:`_cx_2d`)."""
+    adr, n, m = _cx_slot(ctx, slot)
+    return raw_i64(adr, n * m)
 
 
 def step_output_length(nv, nefc, nc, max_iter):
@@ -274,7 +277,7 @@ def gdd_step(ctx):
     if ctx[CX_STAGES] != 0:
         _stages(m, d, ctx[CX_FLAGS], ctx[CX_ISLAND], ctx[CX_SLEEP])
     nefc = np.int64(raw_i32(d + ctx[CX_DL + DL_NEFC], 1)[0])
-    M = _cx_f2(ctx, AS_M)
+    M = _cx_2d(ctx, AS_M, _cx_f(ctx, AS_M))
     nv = M.shape[0]
     iparams = _cx_i(ctx, AS_IPARAMS)
     outf = _cx_f(ctx, AS_OUTF)
@@ -292,10 +295,11 @@ def gdd_step(ctx):
     floss = raw_f64(_field(d, ctx[CX_DL + DL_FLOSS]), nefc)
     efc_type = raw_i32(_field(d, ctx[CX_DL + DL_TYPE]), nefc)
     a = _cx_f(ctx, AS_A)
-    ptab = _cx_i2(ctx, AS_PTAB)
+    ptab = _cx_2d(ctx, AS_PTAB, _cx_i(ctx, AS_PTAB))
     gdd_fast(_cx_i(ctx, AS_SI), _cx_f(ctx, AS_SPAN), _cx_i(ctx, AS_DOFF), ptab, J1, aref, D, R,
              floss, efc_type, M, _cx_f(ctx, AS_C), _cx_f(ctx, AS_DQ), _cx_f(ctx, AS_ACT),
-             _cx_f2(ctx, AS_SCALES), _cx_f(ctx, AS_COST), _cx_f2(ctx, AS_KF2), a,
+             _cx_2d(ctx, AS_SCALES, _cx_f(ctx, AS_SCALES)), _cx_f(ctx, AS_COST),
+             _cx_2d(ctx, AS_KF2, _cx_f(ctx, AS_KF2)), a,
              _cx_f(ctx, AS_LAM), _cx_f(ctx, AS_MULO), _cx_f(ctx, AS_MUHI), _cx_f(ctx, AS_PARAMS),
              iparams, outf, out_state, _cx_f(ctx, AS_WSF), _cx_i(ctx, AS_WSI))
     status = np.int64(outf[nv + nefc + 2 * nc + ST_STATUS])

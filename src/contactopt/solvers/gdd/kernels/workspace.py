@@ -9,6 +9,8 @@ from collections import namedtuple
 from numba import njit
 from numba.extending import intrinsic
 
+from .constants import FM
+
 # ---------------------------------------------------------------- problem bundle
 
 Prob = namedtuple("Prob", [
@@ -22,6 +24,13 @@ Work = namedtuple("Work", [
     "grad", "tmp_nv", "tmp_efc", "tmp_efc2", "K2", "P", "Hm", "LH",
     "kink", "release", "nk", "Z", "kidx", "nuk", "scr", "scri", "Qa",
 ])
+
+
+@njit(cache=True, inline="always", fastmath=FM, error_model="numpy")
+def _dims(pb):
+    """``(nv, nefc, nz, nb, m2)``: the sizes of a :data:`Prob` (dofs, constraint rows, equality
+    and box rows of the actuation, force-dependent cost rows)."""
+    return pb.M.shape[0], pb.J.shape[0], pb.Ceq.shape[0], pb.Cbox.shape[0], pb.Ka2.shape[0]
 
 
 @njit(cache=True, error_model="numpy")
@@ -93,6 +102,20 @@ def _all_finite(x):
         if not math.isfinite(x[i]):
             return False
     return True
+
+
+@njit(cache=True, error_model="numpy")
+def _actuation_blocks(actbuf, nz, nb, nc, nv):
+    """Views of the packed actuation (``ActuationArrays.packed``): ``Ceq (nz, nv)``, ``Cbox``,
+    ``Bdir (nb, nv)``, ``Bpinv (nc, nv)``, the bounds ``lo``, ``hi (nb,)`` and the control map
+    ``gain``, ``bias``, ``ctrl_lo``, ``ctrl_hi (nc,)``."""
+    Ceq, o = _take2(actbuf, 0, nz, nv)
+    Cbox, o = _take2(actbuf, o, nb, nv)
+    Bdir, o = _take2(actbuf, o, nb, nv)
+    Bpinv, o = _take2(actbuf, o, nc, nv)
+    box, o = _take2(actbuf, o, 2, nb)
+    cmap, o = _take2(actbuf, o, 4, nc)
+    return Ceq, Cbox, Bdir, Bpinv, box[0], box[1], cmap[0], cmap[1], cmap[2], cmap[3]
 
 
 @njit(cache=True, error_model="numpy")
