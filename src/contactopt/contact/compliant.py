@@ -102,11 +102,105 @@ class ContactParameters:
                 raise ParameterError(f"ContactParameters.friction must be >= 0 and finite, got {self.friction!r}")
             object.__setattr__(self, "friction", mu)
 
+    @classmethod
+    def from_model(cls, model: mujoco.MjModel, time_step: float) -> "ContactParameters":
+        """Parameters derived from ``model`` and the planner's time step ``h`` [s].
+
+        With ``g = ‖opt.gravity‖`` [m/s²] (9.81 when the model has no gravity: then only a force
+        scale):
+
+        * supported mass ``m`` [kg]: the mass of the kinematic trees (bodies below one child of
+          the world) that have an unactuated degree of freedom — a floating base, a free object,
+          a passive joint: what actuators alone cannot hold up, so contact may have to.  When
+          every tree is fully actuated, the mass of all bodies that move.  ``W = m g`` [N];
+        * contact size ``ℓ`` [m]: the thinnest geom on a moving body that can collide (radius of a
+          sphere, capsule or cylinder, smallest half-size of a box or ellipsoid, of the bounding
+          box of a mesh; planes and height fields excluded); ``stat.meansize`` when there is none;
+        * smoothing ``σ = ℓ/4`` [m]: the softplus force falls to 5 % of its value at contact
+          3σ = ¾ℓ away from the surface;
+        * penetration target ``δ = min(g h², ℓ/2)`` [m]: ``g h²`` is the sag at which a linear
+          spring carrying ``W`` has the natural frequency ``√(k/m) = 1/h`` (the finest the
+          time step resolves); capped at half the contact size;
+        * stiffness ``k = W / (σ log(1 + exp(δ/σ)))`` [N/m]: the softplus force at penetration
+          ``δ`` carries ``W`` (``≈ W/δ`` when ``δ ≫ σ``), so the supported mass rests ``δ``
+          deep;
+        * dissipation velocity ``v_d = g h`` [m/s]: under the weight the Hunt–Crossley damping
+          ``c = W/v_d`` gives the supported mass the velocity time constant ``m/c = h``;
+        * stiction velocity ``v_s = g h`` [m/s]: regularized friction under the weight is viscous
+          with coefficient ``μW/v_s``, time constant ``h/μ``;
+        * friction ``None``: each pair's own coefficient, MuJoCo's combination of the geoms'
+          ``friction[0]`` (``geom_friction``, or the ``<pair>``'s).
+
+        Args:
+          model: the ``MjModel`` (read only).
+          time_step: ``h`` [s], > 0.
+
+        Returns:
+          :class:`ContactParameters`.
+
+        Raises:
+          ParameterError: non-positive or non-finite ``time_step``.
+        """
+        from ..model import actuation_map
+
+        try:
+            h = float(time_step)
+        except (TypeError, ValueError):
+            raise ParameterError(f"ContactParameters.from_model: time_step must be a number, got {time_step!r}") from None
+        if not (math.isfinite(h) and h > 0):
+            raise ParameterError(f"ContactParameters.from_model: time_step must be positive, got {time_step!r}")
+        g = float(np.linalg.norm(model.opt.gravity))
+        if not g > 0:
+            g = 9.81
+        mass = _supported_mass(model, actuation_map(model).unactuated_dofs)
+        if not mass > 0:
+            mass = 1.0
+        size = _contact_size(model)
+        sigma = 0.25 * size
+        delta = min(g * h * h, 0.5 * size)
+        x = delta / sigma
+        softplus = x + math.log1p(math.exp(-x))
+        return cls(stiffness=mass * g / (sigma * softplus), smoothing=sigma, dissipation_velocity=g * h,
+                   stiction_velocity=g * h, friction=None)
+
     @property
     def max_distance(self) -> float:
         """``φ_max = −σ log(exp(f_min/(σk)) − 1)`` [m]: beyond it ``f_c < f_min``."""
         x = self.force_threshold / (self.smoothing * self.stiffness)
         return -self.smoothing * math.log(math.expm1(x))
+
+
+def _supported_mass(model: mujoco.MjModel, unactuated_dofs) -> float:
+    """Mass [kg] of the kinematic trees with an unactuated dof, else of every moving body
+    (:meth:`ContactParameters.from_model`)."""
+    moving = model.body_weldid != 0
+    trees = {int(model.body_rootid[model.dof_bodyid[d]]) for d in np.asarray(unactuated_dofs).tolist()}
+    if trees:
+        mask = np.isin(model.body_rootid, sorted(trees))
+        return float(model.body_mass[mask & moving].sum())
+    return float(model.body_mass[moving].sum())
+
+
+def _contact_size(model: mujoco.MjModel) -> float:
+    """The thinnest collidable geom on a moving body [m] (:meth:`ContactParameters.from_model`)."""
+    T = mujoco.mjtGeom
+    out = []
+    for g in range(model.ngeom):
+        if not (model.geom_contype[g] or model.geom_conaffinity[g]) or model.body_weldid[model.geom_bodyid[g]] == 0:
+            continue
+        t, s = int(model.geom_type[g]), model.geom_size[g]
+        if t in (int(T.mjGEOM_PLANE), int(T.mjGEOM_HFIELD)):
+            continue
+        if t in (int(T.mjGEOM_SPHERE), int(T.mjGEOM_CAPSULE)):
+            out.append(s[0])
+        elif t == int(T.mjGEOM_CYLINDER):
+            out.append(min(s[0], s[1]))
+        elif t in (int(T.mjGEOM_BOX), int(T.mjGEOM_ELLIPSOID)):
+            out.append(min(s[:3]))
+        else:  # mesh, SDF: the geom's bounding box
+            out.append(min(model.geom_aabb[g, 3:]))
+    out = [float(x) for x in out if x > 0]
+    return min(out) if out else max(float(model.stat.meansize), 1e-3)
 
 
 # --------------------------------------------------------------------------- scalar laws

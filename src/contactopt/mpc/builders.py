@@ -8,7 +8,12 @@ and the ``weight.NAME`` overrides, and returns a planner with ``reset``, ``updat
 * ``timestep``: :meth:`Task.timestep` (a whole multiple of the model's step, ≥ 10 ms);
 * ``horizon``: :meth:`Task.horizon_seconds` (a pendulum period of the model's size);
 * IDTO's soft actuator limits: on for every model with limited controls, with the weight
-  ``actuator_limit_weight`` (default 1e3 × the largest cost weight);
+  ``actuator_limit_weight`` (default 1e3 × the largest cost weight); its soft joint limits:
+  on for every model with limited hinge or slide joints (``joint_limit_weight``, the same
+  default); its compliant contact parameters :meth:`ContactParameters.from_model
+  <contactopt.contact.compliant.ContactParameters.from_model>` of the planner's model and time
+  step; the unactuated forces as equality constraints when the model has unactuated dofs
+  (``underactuation``); the first trust radius scaled to the problem (``trust_radius``);
 * GDD's feature bandwidth ``ω = 2π / horizon``.
 """
 
@@ -111,9 +116,31 @@ def build_idto(task, plant, options, weights):
 
     The cost takes IDTO's diagonal tracking form when it is exactly quadratic in ``q``, ``v``
     and simple motor controls (``fast_path``), else the general knot rows of
-    :mod:`contactopt.solvers.idto.knot_cost`.
+    :mod:`contactopt.solvers.idto.knot_cost`.  Defaults derived from the planner's model
+    ``model`` (the plant at the planner time step ``h``), with ``w_max`` the largest weight of
+    the task's running cost (at least 1):
+
+    * soft actuator limits ``actuator_limit_weight = 1e3 w_max`` when some actuator limits its
+      control or force (:func:`contactopt.model.actuator_force_ranges`: ``forcerange``, and
+      ``gain · ctrlrange`` of actuators whose force is ``gain · ctrl``; the ctrl range of an
+      actuator with a bias, e.g. a position servo, limits a force that depends on the state and
+      gets no row);
+    * soft joint limits ``joint_limit_weight = 1e3 w_max`` when some hinge or slide joint is
+      limited (``jnt_range``);
+    * contact: ``CompliantContactModel(model, ContactParameters.from_model(model, h))`` when two
+      geoms of different bodies may collide;
+    * ``underactuation="auto"``: ``Zᵀτ_t = 0`` as equality constraints when the model has
+      unactuated dofs (:class:`~contactopt.solvers.idto.IDTOSettings`), the penalty
+      ``unactuated_penalty`` otherwise (then there is nothing to penalize);
+    * ``trust_radius`` None: the first solve's radius is its first Gauss–Newton step
+      (``IDTOSettings(initial_radius=None)``), and so is every restart's;
+    * a horizon derived from the model (neither the task nor ``horizon`` sets one) has at most
+      ``max_knots`` (150) knots: one warm-started iteration per update has to carry the whole
+      plan, and its work grows with ``T``; the derived horizon (a pendulum period of the model's
+      half extent, which a large floor plane inflates up to its 2.5 s cap) would otherwise give
+      250 knots at 10 ms.
     """
-    from ..contact.compliant import CompliantContactModel
+    from ..contact.compliant import CompliantContactModel, ContactParameters
     from ..model import actuation_map
     from ..solvers.idto import IDTOProblem, IDTOSettings
     from ..solvers.idto.knot_cost import quadratic_tracking
@@ -122,26 +149,42 @@ def build_idto(task, plant, options, weights):
     if plant.nu == 0:
         raise ParameterError(f"task {task.name}: the model has no actuators; IDTO has nothing to plan")
     h, T = _grid(task, plant, options)
+    if options["max_knots"] < 1:
+        raise ParameterError(f"max_knots must be at least 1, got {options['max_knots']}")
+    if options.get("horizon") is None and task.horizon is None:
+        T = min(T, options["max_knots"])
     model = task.make_planner_model(plant, h)
     cost = task_cost(task, model, h, weights)
     G_pinv = np.linalg.pinv(actuation_map(model).control_gain)
     fast = quadratic_tracking(cost, G_pinv) if options["fast_path"] else None
+    wmax = max([t.weight for t in cost.running.terms] + [1.0])
     limited = bool(np.any(model.actuator_ctrllimited) or np.any(model.actuator_forcelimited))
     w_lim = options["actuator_limit_weight"]
     if w_lim is None:
-        wmax = max([t.weight for t in cost.running.terms] + [1.0])
         w_lim = 1e3 * wmax if limited else 0.0
-    contact = CompliantContactModel(model) if (options["contact"] and _may_collide(model)) else None
+    scalar = np.isin(model.jnt_type, (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)))
+    w_jnt = options["joint_limit_weight"]
+    if w_jnt is None:
+        w_jnt = 1e3 * wmax if np.any(scalar & (model.jnt_limited != 0)) else 0.0
+    contact = None
+    if options["contact"] and _may_collide(model):
+        contact = CompliantContactModel(model, ContactParameters.from_model(model, h))
     q0 = plant.qpos0.copy()
-    kwargs = {"contact": contact, "actuator_limit_weight": w_lim, "workers": options["workers"]}
+    kwargs = {"contact": contact, "actuator_limit_weight": w_lim, "joint_limit_weight": w_jnt,
+              "workers": options["workers"]}
     if fast is not None:
         problem = IDTOProblem(model, T, h, q0, Qq=fast["Qq"], Qv=fast["Qv"], R=fast["R"], Qf_q=fast["Qf_q"],
                               Qf_v=fast["Qf_v"], q_nom=fast["q_nom"], v_nom=fast["v_nom"],
+                              wrap_dofs=fast["wrap_dofs"],
                               unactuated_penalty=options["unactuated_penalty"], **kwargs)
     else:
         problem = IDTOProblem(model, T, h, q0, Qq=0.0, Qv=0.0, R=0.0, cost=cost,
                               unactuated_penalty=options["unactuated_penalty"], **kwargs)
-    solver_options = IDTOSettings(convergence=None, initial_radius=options["trust_radius"])
+    underactuation = options["underactuation"]
+    if underactuation == "auto":
+        underactuation = "constrained" if problem.Z.shape[1] else "penalty"
+    solver_options = IDTOSettings(convergence=None, initial_radius=options["trust_radius"],
+                                  underactuation=underactuation, constrained_step=options["constrained_step"])
     return IDTOPlanner(problem, plant_model=plant, options=solver_options,
                        initial_iterations=options["initial_iterations"],
                        iterations_per_update=options["iterations"], kp=options["kp"], kd=options["kd"],
@@ -151,13 +194,26 @@ def build_idto(task, plant, options, weights):
 
 register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et al. 2023), one "
                      "trust-region iteration per update", _COMMON + (
-                         Option("trust_radius", float, 1.0, "initial trust radius Δ₀ (scaled units)"),
+                         Option("max_knots", int, 150, "most knots of a horizon derived from the model "
+                                "(an explicit horizon is kept)"),
+                         Option("trust_radius", float, None, "initial trust radius Δ₀ (scaled units; "
+                                "default: the first Gauss-Newton step's norm)"),
                          Option("kp", float, 0.0, "policy stiffness along each actuator [N·m/rad or N/m]"),
                          Option("kd", float, 0.0, "policy damping along each actuator [N·m·s/rad or N·s/m]"),
-                         Option("unactuated_penalty", float, 1e3, "weight of forces on unactuated dofs"),
+                         Option("underactuation", str, "auto", "forces on unactuated dofs: equality "
+                                "constraints or a penalty (auto: constrained when the model has "
+                                "unactuated dofs)", ("auto", "constrained", "penalty")),
+                         Option("constrained_step", str, "l1", "constrained mode's step: the KKT step "
+                                "scaled to the trust radius on an l1 merit, or the dogleg on L + λᵀh",
+                                ("l1", "dogleg")),
+                         Option("unactuated_penalty", float, 1e3, "weight of forces on unactuated dofs "
+                                "(penalty mode)"),
                          Option("actuator_limit_weight", float, None,
                                 "weight of the soft control limits (default: 1e3 × the largest cost "
                                 "weight when the model limits its controls)"),
+                         Option("joint_limit_weight", float, None,
+                                "weight of the soft joint limits (default: 1e3 × the largest cost "
+                                "weight when the model limits a hinge or slide joint)"),
                          Option("contact", bool, True, "model contact with IDTO's compliant contact model"),
                          Option("fast_path", bool, True, "use IDTO's diagonal weights for quadratic "
                                 "tracking costs"),

@@ -283,7 +283,8 @@ class IDTOPlanner:
         plan's cost *and* is not finite-improving is treated as diverged (∞ = never).
       restart_radius: the trust radius ``Δ`` (scaled units, > 0) the next update starts from
         after a solve whose radius collapsed (every converged first plan ends so) or that
-        failed; default ``options.initial_radius``.  A cold solve wants a large ``Δ_0``, the
+        failed; default ``options.initial_radius`` (where that is None, each restart scales the
+        radius to the problem again: its first Gauss–Newton step).  A cold solve wants a large ``Δ_0``, the
         warm-started updates of a task with a fragile balance may want a small one
         (the IDTO hopper: ``Δ_0`` 10, restart 0.1).
       samples: after each update, roll out this many smooth perturbations of the plan's

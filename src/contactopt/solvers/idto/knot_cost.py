@@ -145,8 +145,9 @@ def _simple_motor_weights(model: mujoco.MjModel, G_pinv: np.ndarray, actuators) 
 def quadratic_tracking(cost: TrajectoryCost, G_pinv: np.ndarray):
     """IDTO's diagonal weights equal to ``cost``, or None when they cannot express it exactly.
 
-    Exact when every term is :class:`~contactopt.costs.Quadratic` on :class:`Qpos` (no wrapped
-    hinge angle),
+    Exact when every term is :class:`~contactopt.costs.Quadratic` on :class:`Qpos` (its wrapped
+    hinge angles become the problem's ``wrap_dofs``, so IDTO compares those targets by the
+    shortest angular difference too),
     :class:`Qvel` or :class:`Control` (zero control target, each selected actuator driving its
     own dof: ``‖G⁺τ‖²`` diagonal in ``τ``), with at most one target per dof.  Then, with IDTO's
     cost ``h Σ q̃ᵀQ_q q̃ + ṽᵀQ_v ṽ + τᵀRτ + q̃_Tᵀ Q_f,q q̃_T + ṽ_Tᵀ Q_f,v ṽ_T`` (no ½):
@@ -154,7 +155,8 @@ def quadratic_tracking(cost: TrajectoryCost, G_pinv: np.ndarray):
     ``s_f w/2``.
 
     Returns:
-      dict with ``Qq, Qv, R, Qf_q, Qf_v`` (``(nv,)``) and ``q_nom (nq,)``, ``v_nom (nv,)``.
+      dict with ``Qq, Qv, R, Qf_q, Qf_v`` (``(nv,)``), ``q_nom (nq,)``, ``v_nom (nv,)`` and
+      ``wrap_dofs`` (the hinge dofs whose error wraps, sorted).
     """
     model = cost.model
     nv = model.nv
@@ -162,6 +164,8 @@ def quadratic_tracking(cost: TrajectoryCost, G_pinv: np.ndarray):
     q_nom = model.qpos0.copy()
     v_nom = np.zeros(nv)
     q_set = np.zeros(model.nq, dtype=bool)
+    wrap = np.zeros(nv, dtype=bool)
+    plain = np.zeros(nv, dtype=bool)
     v_set = np.zeros(nv, dtype=bool)
     for stage, scale, wq, wv in ((cost.running, 1.0, "Qq", "Qv"),
                                  (cost.terminal, cost.terminal_scale, "Qf_q", "Qf_v")):
@@ -170,7 +174,13 @@ def quadratic_tracking(cost: TrajectoryCost, G_pinv: np.ndarray):
                 return None
             res, w = term.residual, 0.5 * scale * term.weight
             if type(res) is Qpos:
-                if res.wrapped.size:  # IDTO's q ⊖ q_nom does not wrap hinge angles
+                w_dofs = np.zeros(nv, dtype=bool)
+                w_dofs[res.dofs[res.wrapped]] = True
+                sel = np.zeros(nv, dtype=bool)
+                sel[res.dofs] = True
+                wrap |= w_dofs
+                plain |= sel & ~w_dofs
+                if np.any(wrap & plain):  # one dof wrapped by one term and not by another
                     return None
                 adr = _joint_qpos_addresses(model, res.dofs)
                 if np.any(q_set[adr] & (q_nom[adr] != res.target[adr])):
@@ -193,7 +203,7 @@ def quadratic_tracking(cost: TrajectoryCost, G_pinv: np.ndarray):
                 out["R"] += w * D
             else:
                 return None
-    return {**out, "q_nom": q_nom, "v_nom": v_nom}
+    return {**out, "q_nom": q_nom, "v_nom": v_nom, "wrap_dofs": np.flatnonzero(wrap)}
 
 
 def _joint_qpos_addresses(model: mujoco.MjModel, dofs) -> np.ndarray:

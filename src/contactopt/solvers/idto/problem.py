@@ -15,8 +15,8 @@ Decision variables are the configurations ``q_1 … q_T`` (``q_0 = q_init`` and
   its passive forces (joint damping, springs) and ``F_contact`` the compliant
   contact force of :class:`~contactopt.contact.compliant.CompliantContactModel`.
 
-Cost (no ½; diagonal weights on tangent-space errors ``q̃_t = q_t ⊖ q_nom,t`` and
-``ṽ_t = v_t − v_nom,t``)::
+Cost (no ½; diagonal weights on tangent-space errors ``q̃_t = q_t ⊖ q_nom,t``, wrapped into
+``(−π, π]`` on the hinge dofs ``wrap_dofs``, and ``ṽ_t = v_t − v_nom,t``)::
 
     L = h Σ_{t<T} [q̃_tᵀQ_q q̃_t + ṽ_tᵀQ_v ṽ_t + τ_tᵀ R τ_t + w_u ‖Zᵀ τ_t‖²]
         + q̃_Tᵀ Q_f,q q̃_T + ṽ_Tᵀ Q_f,v ṽ_T
@@ -36,6 +36,19 @@ ctrl-limited actuator whose force is ``gain · ctrl`` (fixed gain, no bias, no a
 dynamics); other actuators get no limit rows.  The one-sided quadratic is C¹; its residual
 rows ``√(2h w_lim)·(max(u − hi, 0) − max(lo − u, 0))`` have the Jacobian
 ``√(2h w_lim)·1[u ∉ [lo, hi]]·B⁺ ∂τ/∂q``.
+
+Optional soft joint limits (``joint_limit_weight = w_jnt > 0``, off by default) add, for every
+limited hinge and slide joint ``j`` (``jnt_limited``, range ``[lo_j, hi_j]`` = ``jnt_range``
+[rad or m]),
+
+    h w_jnt Σ_{t=1…T} Σ_j [max(q_t,j − hi_j, 0)² + max(lo_j − q_t,j, 0)²]
+
+(``q_0`` is fixed and not penalized).  The rows of ``q_{t+1}`` go in step ``t``'s τ block:
+``√(2h w_jnt)·(max(q − hi, 0) − max(lo − q, 0))``, Jacobian ``√(2h w_jnt)·1[q ∉ [lo, hi]]``
+on the joint's dof in the ``q_{t+1}`` slot.  The plant enforces the range with a constraint the
+planner's inverse dynamics does not have (its rigid-body copy has constraints disabled), so
+without these rows plans may drive a joint through its stop.  Limited ball joints are not
+penalized.
 
 Inverse-dynamics backends (``backend=``):
 
@@ -85,6 +98,7 @@ import numpy as np
 from ... import native
 from ...contact.compliant import CompliantContactModel
 from ...contact.compliant_batch import CompliantContactBatch
+from ...costs.residuals import _wrap_angle
 from ...errors import ParameterError, as_array, check_positive
 from ...model import actuation_map, actuator_force_ranges
 from .kernels import _retract_kernel, _rigid_kernel, _velocity_kernel
@@ -159,6 +173,12 @@ class IDTOProblem(_LinearizationMixin):
       actuator_limit_margin: fraction in ``[0, 1)`` by which each force range shrinks about its
         centre before it enters the cost (``[lo, hi] → c ± (1 − margin)(hi − lo)/2``), so that
         plans keep some authority in reserve for feedback (default 0).
+      wrap_dofs: hinge dofs whose position error ``q̃ = q − q_nom`` is wrapped into ``(−π, π]``
+        (the shortest angular difference: ``θ`` and ``θ + 2π`` are one configuration of a hinge
+        without range; :class:`~contactopt.costs.Qpos`'s ``wrap``).  The Jacobian is unchanged
+        (the wrap has slope 1 wherever it is smooth).  Default none.
+      joint_limit_weight: ``w_jnt ≥ 0`` of the soft joint limits of the limited hinge and slide
+        joints (module docstring); 0 (default) adds no rows.
       cost: optional :class:`~contactopt.costs.TrajectoryCost` on ``model`` at time step ``h``:
         the shared cost language evaluated at the knots, added to the diagonal tracking
         terms as extra rows of each step's τ block (:mod:`~contactopt.solvers.idto.knot_cost`).
@@ -167,6 +187,12 @@ class IDTOProblem(_LinearizationMixin):
       ShapeError / NonFiniteError: bad array shapes or values.
       ParameterError: non-positive time step or steps, negative weights, a
         contact model of another model.
+      ModelError: the model would make the compiled loops hit a MuJoCo fatal error (which ends
+        the process): an integrator ``mjd_inverseFD`` rejects (RK4, compliant and convex
+        backends: plan on :func:`contactopt.model.planner_model_copy`) or a ``<size memory>`` too
+        small for the position pass (collisions) / ``mj_inverse`` / ``mjd_inverseFD`` at ``qpos0``,
+        the keyframes or ``q_init`` (:func:`contactopt.native.check_compiled_loops`, run here);
+        a horizon whose solve would not fit in memory (:func:`contactopt.native.check_horizon_memory`).
     """
 
     def __init__(self, model: mujoco.MjModel, num_steps: int, time_step: float, q_init, v_init=None, *,
@@ -175,11 +201,15 @@ class IDTOProblem(_LinearizationMixin):
                  workers: int = 1, backend: str = "compliant", convex_contact=None,
                  penalize_unactuated: bool = True, chain_rule: bool = True,
                  contact_derivatives: str = "auto", actuator_limit_weight: float = 0.0,
-                 actuator_limit_margin: float = 0.0, cost=None):
+                 actuator_limit_margin: float = 0.0, cost=None, joint_limit_weight: float = 0.0,
+                 wrap_dofs=None):
         if not isinstance(model, mujoco.MjModel):
             raise ParameterError(f"IDTOProblem: model must be a mujoco.MjModel, got {type(model).__name__}")
         if isinstance(num_steps, (bool, np.bool_)) or int(num_steps) != num_steps or num_steps < 1:
             raise ParameterError(f"num_steps must be a positive integer, got {num_steps!r}")
+        # the position pass (kinematics, collision: the actuation map here, the contact pass of the
+        # compiled loops) at qpos0, the keyframes and q_init, probed once through the bindings
+        native.check_compiled_loops(model, ("position",), what="IDTOProblem", qpos=[q_init])
         self.model = model
         self.T = int(num_steps)
         self.h = check_positive("time_step", time_step)
@@ -244,6 +274,9 @@ class IDTOProblem(_LinearizationMixin):
                     f"convex_contact must be a ConvexContactModel or None, got {type(convex_contact).__name__}")
             self._mh = copy.deepcopy(model)
             self._mh.opt.timestep = self.h
+        # what the compiled loops call: the rigid-body terms and their derivatives on the private
+        # copy (the position pass of the model, as the contact pass, is probed above)
+        native.check_compiled_loops(self._m, ("inverse", "inverse_fd"), what="IDTOProblem", qpos=[q_init])
 
         # Per-dof magnitude source for finite-difference steps (−1: rotational dof of a quaternion joint).
         self._dof_qadr = np.full(nv, -1, dtype=np.intp)
@@ -274,6 +307,12 @@ class IDTOProblem(_LinearizationMixin):
         self._Wtau = W  # (mτ0, nv): R rows and unactuated-penalty rows
         self.num_penalty_rows = W.shape[0] - nv
         self._setup_actuator_limits(actuator_limit_weight, actuator_limit_margin)
+        self._setup_joint_limits(joint_limit_weight)
+        wrap = np.unique(np.asarray([] if wrap_dofs is None else wrap_dofs, dtype=np.intp).ravel())
+        if wrap.size and (wrap.min() < 0 or wrap.max() >= nv or np.any(
+                model.jnt_type[model.dof_jntid[wrap]] != int(mujoco.mjtJoint.mjJNT_HINGE))):
+            raise ParameterError(f"wrap_dofs must be dofs of hinge joints, got {wrap_dofs!r}")
+        self.wrap_dofs = wrap
         self.knot_cost = None
         if cost is not None:
             if cost.model is not model:
@@ -282,7 +321,12 @@ class IDTOProblem(_LinearizationMixin):
                 raise ParameterError(f"cost: its time step {cost.timestep} s is not the problem's {self.h} s")
             self.knot_cost = KnotCost(cost, np.linalg.pinv(amap.control_gain), self.T)
         self.num_cost_rows = 0 if self.knot_cost is None else self.knot_cost.num_rows
-        self.m_tau = W.shape[0] + self.num_limit_rows + self.num_cost_rows
+        self.m_tau = W.shape[0] + self.num_limit_rows + self.num_joint_limit_rows + self.num_cost_rows
+        # a solve holds ~17 doubles per step and entry of the (nv + m_tau) × nv Jacobian and
+        # Hessian blocks (measured peak, humanoid and quadruped); refuse what cannot fit
+        native.check_horizon_memory(
+            "IDTOProblem", self.T, 8 * 24 * nv * (nv + self.m_tau),
+            fix="shorten the horizon or coarsen the time step (fewer knots), or plan on a smaller model")
 
         self.set_initial_state(q_init, v_init)
         self.set_nominal(q_nom, v_nom)
@@ -330,6 +374,36 @@ class IDTOProblem(_LinearizationMixin):
         self._limit_scale = math.sqrt(2 * self.h * w)
         self.num_limit_rows = int(idx.size)
 
+    def _setup_joint_limits(self, weight) -> None:
+        """Soft joint-limit rows: the limited hinge and slide joints, their qpos and dof addresses."""
+        w = self._check_scalar("joint_limit_weight", weight)
+        self.joint_limit_weight = w
+        m = self.model
+        scalar = np.isin(m.jnt_type, (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)))
+        jnt = np.flatnonzero(scalar & (m.jnt_limited != 0)) if w > 0 else np.zeros(0, dtype=np.intp)
+        self._jlim_joints = jnt
+        self._jlim_qadr = m.jnt_qposadr[jnt].astype(np.intp)
+        self._jlim_dof = m.jnt_dofadr[jnt].astype(np.intp)
+        self._jlim_lo = m.jnt_range[jnt, 0].astype(float)
+        self._jlim_hi = m.jnt_range[jnt, 1].astype(float)
+        self._jlim_scale = math.sqrt(2 * self.h * w)
+        self.num_joint_limit_rows = int(jnt.size)
+
+    def joint_limit_excess(self, q) -> np.ndarray:
+        """``(n, nj)`` signed excess of the limited hinge and slide joints of ``q (n, nq)`` over
+        their ranges: ``q − hi`` above, ``q − lo`` below, 0 inside; one column per penalized joint
+        (the limited hinge and slide joints in index order; none with ``joint_limit_weight`` 0)."""
+        x = np.asarray(q, dtype=float)[:, self._jlim_qadr]
+        return np.maximum(x - self._jlim_hi, 0.0) - np.maximum(self._jlim_lo - x, 0.0)
+
+    def _joint_limit_jacobian(self, q) -> np.ndarray:
+        """``(T, nj, nv)`` Jacobian of the joint-limit rows of step ``t`` w.r.t. ``q_{t+1}``."""
+        x = q[1:, self._jlim_qadr]
+        active = (x > self._jlim_hi) | (x < self._jlim_lo)
+        J = np.zeros((self.T, self.num_joint_limit_rows, self.nv))
+        J[:, np.arange(self.num_joint_limit_rows), self._jlim_dof] = self._jlim_scale * active
+        return J
+
     def actuator_forces(self, tau) -> np.ndarray:
         """Actuator forces ``u_t = B⁺ τ_t`` of ``tau (T, nv)``: ``(T, nu)``."""
         return np.asarray(tau, dtype=float) @ self._force_map.T
@@ -358,8 +432,13 @@ class IDTOProblem(_LinearizationMixin):
         return np.concatenate([Jtau, Jl], axis=2)
 
     def _tau_block_jacobian(self, tr: "Trajectory", dtau, dvdq_cur, dvdq_back) -> np.ndarray:
-        """``Jtau (T, 3, mτ, nv)``: :meth:`_weighted_tau_jacobian` and the knot-cost rows' Jacobian."""
+        """``Jtau (T, 3, mτ, nv)``: :meth:`_weighted_tau_jacobian`, the joint-limit rows' and the
+        knot-cost rows' Jacobians."""
         Jtau = self._weighted_tau_jacobian(tr.tau, dtau)
+        if self.num_joint_limit_rows:
+            Jj = np.zeros((self.T, 3, self.num_joint_limit_rows, self.nv))
+            Jj[:, 2] = self._joint_limit_jacobian(tr.q)
+            Jtau = np.concatenate([Jtau, Jj], axis=2)
         if self.knot_cost is None:
             return Jtau
         _, Jc = self.knot_cost.jacobian(tr.q, tr.v, tr.tau, dtau, dvdq_cur, dvdq_back)
@@ -368,7 +447,7 @@ class IDTOProblem(_LinearizationMixin):
     def task_cost(self, tr: "Trajectory") -> float:
         """The shared cost of trajectory ``tr``: the knot cost ``J`` (module
         :mod:`~contactopt.solvers.idto.knot_cost`) plus the diagonal tracking terms, without
-        the unactuated penalty and the actuator-limit rows."""
+        the unactuated penalty, the actuator-limit and the joint-limit rows."""
         r = self._residuals(tr)
         T, nv, mt = self.T, self.nv, self.m_tau
         off = 2 * (T + 1) * nv
@@ -379,11 +458,11 @@ class IDTOProblem(_LinearizationMixin):
     def tau_cost_rows(self, constrained: bool = False) -> np.ndarray | slice:
         """Rows of each step's ``mτ`` τ-block that make the cost: all of them, or with
         ``constrained`` (the equality-constrained solver) all but the unactuated-penalty rows
-        (the ``R`` rows and the actuator-limit rows)."""
+        (the ``R`` rows, the actuator- and joint-limit rows and the knot-cost rows)."""
         nv, npen = self.nv, self.num_penalty_rows
         if not constrained or npen == 0:
             return slice(0, self.m_tau)
-        if self.num_limit_rows == 0:
+        if nv + npen == self.m_tau:
             return slice(0, nv)
         return np.r_[0:nv, nv + npen:self.m_tau]
 
@@ -653,7 +732,9 @@ class IDTOProblem(_LinearizationMixin):
         ``t < T``, ``√(2Q_f)`` at ``T``) and ``r_τ,t = [W τ_t; ℓ_t]``, ``W = [diag√(2hR); √(2h w_u) Zᵀ]``
         (the penalty rows only with ``penalize_unactuated``) and ``ℓ_t`` the actuator-limit rows
         ``√(2h w_lim)·(max(u − hi, 0) − max(lo − u, 0))`` of the limited actuators (only with
-        ``actuator_limit_weight > 0``).  The ``t = 0`` entries are constant (``q_0, v_0`` fixed).
+        ``actuator_limit_weight > 0``), then the joint-limit rows of ``q_{t+1}`` (only with
+        ``joint_limit_weight > 0``) and the knot-cost rows.  The ``t = 0`` entries are constant
+        (``q_0, v_0`` fixed).
         """
         q = self.check_trajectory(q, name="q")
         return self._residuals(self._trajectory(q))
@@ -670,6 +751,8 @@ class IDTOProblem(_LinearizationMixin):
             rq = np.empty((T + 1, nv))
             for t in range(T + 1):
                 rq[t] = self._diff(self.q_nom[t], tr.q[t], 1.0)
+        if self.wrap_dofs.size:
+            rq[:, self.wrap_dofs] = _wrap_angle(rq[:, self.wrap_dofs])
         rv = tr.v - self.v_nom
         rq[:T] *= self._wq
         rq[T] *= self._wqf
@@ -678,6 +761,8 @@ class IDTOProblem(_LinearizationMixin):
         rt = tr.tau @ self._Wtau.T
         if self.num_limit_rows:
             rt = np.concatenate([rt, self._limit_residuals(tr.tau)], axis=1)
+        if self.num_joint_limit_rows:
+            rt = np.concatenate([rt, self._jlim_scale * self.joint_limit_excess(tr.q[1:])], axis=1)
         if self.knot_cost is not None:
             rt = np.concatenate([rt, self.knot_cost.residuals(tr.q, tr.v, tr.tau)[0]], axis=1)
         return np.concatenate([rq.ravel(), rv.ravel(), rt.ravel()])

@@ -33,7 +33,13 @@ directions; never a ``(T·nv)²`` factorization).  The dogleg then runs on
 ``[H̃ Ãᵀ; Ã 0][p; λ] = [−g̃; −h]`` (it satisfies ``Ã p = −h``), the Cauchy point
 is taken along ``−g̃_λ``, and steps are judged on the merit ``φ = L + λᵀh(q)``
 with ``λ`` held fixed (predicted reduction ``−g̃_λᵀp − ½pᵀH̃p``).  In this mode the
-convergence tests also require ``max|h| ≤ constraint_tol``.
+convergence tests also require ``max|h| ≤ constraint_tol``.  With
+``IDTOSettings(constrained_step="l1")`` a ``p_H`` longer than ``Δ`` is scaled back to the
+radius instead of taking the dogleg, so truncated steps stay on the linearized constraints, and
+steps are judged on the exact-penalty merit ``L + μ‖h‖₁`` (``μ = 2‖λ‖∞``).
+
+Trust radius: ``IDTOSettings(initial_radius=None)`` scales ``Δ_0`` to the problem, as a fraction
+``auto_radius_scale`` of the first iteration's scaled Gauss–Newton step ``‖p_H‖``.
 """
 
 from __future__ import annotations
@@ -108,19 +114,35 @@ class IDTOSettings:
         scaled step of the whole trajectory, so at 0.1 a cold solve spends its first iterations
         doubling ``Δ``; the tasks choose their own (``contactopt.tasks``: 10 for the spinner, the
         quadruped and the hopper, 1 for the acrobot, measured there; the MPC planner's
-        ``restart_radius`` is the radius its updates restart from).  max_radius: ``Δ_max``.
+        ``restart_radius`` is the radius its updates restart from).  ``None``: scaled to the
+        problem — ``Δ_0 = auto_radius_scale · ‖p_H‖``, the norm of the first iteration's scaled
+        Gauss–Newton step ``p_H = −H̃⁻¹g̃`` (capped at ``max_radius``), so the first trial
+        is that fraction of the Gauss–Newton step whatever the problem's units and size.
+        max_radius: ``Δ_max``.
+      auto_radius_scale: the fraction above (> 0, default 1: the first trial is the full
+        Gauss–Newton step; a failed trial divides ``Δ`` by 4 as usual).
       min_radius: stop with TRUST_REGION_COLLAPSED when ``Δ`` drops below it.
       scaling: ``"quartic"`` (``D = min(1, H_ii^−1/4)``), ``"sqrt"`` (``^−1/2``) or ``"none"``.
       convergence: :class:`ConvergenceCriteria` or None (run ``max_iterations``).
       underactuation: ``"penalty"`` (the problem's ``w_u ‖Zᵀτ‖²`` rows, default) or
         ``"constrained"`` (``Zᵀτ_t = 0`` as equality constraints, Lagrange-multiplier dogleg).
       constraint_tol: in constrained mode, convergence also needs ``max_t ‖Zᵀτ_t‖∞ ≤ constraint_tol``.
+      constrained_step: how constrained mode steps and judges steps. ``"dogleg"`` (default, the
+        notes' method): the dogleg between the Cauchy point along ``−g̃_λ`` and the KKT step
+        ``p_H``, judged on the merit ``L + λᵀh`` with ``λ`` fixed.  ``"l1"``: the KKT step scaled
+        to the radius, ``p = α p_H`` with ``α = min(1, Δ/‖p_H‖)``, judged on the exact-penalty
+        merit ``φ = L + μ‖h‖₁`` with ``μ = 2‖λ‖∞``: predicted reduction
+        ``−g̃ᵀp − ½pᵀH̃p + μα‖h‖₁`` (the linearized violation of ``p`` is ``(1 − α) h``), which
+        is ``≥ α(1 − α/2) p_HᵀH̃p_H + α(μ − ‖λ‖∞)‖h‖₁ > 0``.  Every truncated step stays on
+        the linearized constraints and no step is rewarded for violating them, where the
+        dogleg's Cauchy leg leaves them and the merit ``L + λᵀh``, linear in ``h``, can drop
+        as the violation grows.  Penalty mode always takes the dogleg.
       single_thread_blas: run the solve's dense linear algebra on one OpenBLAS thread
         (:mod:`contactopt.solvers.idto._blas`; the matrices are small, and threads only add waiting).
     """
 
     max_iterations: int = 100
-    initial_radius: float = 0.1
+    initial_radius: float | None = 0.1
     max_radius: float = 1e5
     min_radius: float = 1e-12
     scaling: str = "quartic"
@@ -128,18 +150,25 @@ class IDTOSettings:
     underactuation: str = "penalty"
     constraint_tol: float = 1e-8
     single_thread_blas: bool = True
+    auto_radius_scale: float = 1.0
+    constrained_step: str = "dogleg"
 
     def __post_init__(self):
+        if self.constrained_step not in ("dogleg", "l1"):
+            raise ParameterError(
+                f"constrained_step must be 'dogleg' or 'l1', got {self.constrained_step!r}")
         if self.underactuation not in ("penalty", "constrained"):
             raise ParameterError(
                 f"underactuation must be 'penalty' or 'constrained', got {self.underactuation!r}")
         check_positive("constraint_tol", self.constraint_tol)
         if int(self.max_iterations) != self.max_iterations or self.max_iterations < 0:
             raise ParameterError(f"max_iterations must be a non-negative integer, got {self.max_iterations!r}")
-        check_positive("initial_radius", self.initial_radius)
+        if self.initial_radius is not None:
+            check_positive("initial_radius", self.initial_radius)
         check_positive("max_radius", self.max_radius)
         check_positive("min_radius", self.min_radius)
-        if self.initial_radius > self.max_radius:
+        check_positive("auto_radius_scale", self.auto_radius_scale)
+        if self.initial_radius is not None and self.initial_radius > self.max_radius:
             raise ParameterError("initial_radius must not exceed max_radius")
         if self.scaling not in ("quartic", "sqrt", "none"):
             raise ParameterError(f"scaling must be 'quartic', 'sqrt' or 'none', got {self.scaling!r}")
@@ -176,7 +205,8 @@ class IDTOResult:
       q: ``(T+1, nq)`` optimal configurations; v: ``(T+1, nv)``; tau: ``(T, nv)``
       generalized forces; contact: ``(T, nv)`` contact forces; cost: final ``L``;
       status: :class:`IDTOStatus`; iterations: count; log: tuple of :class:`IDTOIterationLog`;
-      trust_radius: final ``Δ`` (reused by :meth:`IDTOSolver.solve_from_warm_start`); solve_time [s].
+      trust_radius: final ``Δ`` (reused by :meth:`IDTOSolver.solve_from_warm_start`; None when the
+      radius was to be scaled to the problem and no iteration got that far); solve_time [s].
     """
 
     q: np.ndarray
@@ -187,7 +217,7 @@ class IDTOResult:
     status: IDTOStatus
     iterations: int
     log: tuple
-    trust_radius: float
+    trust_radius: float | None
     solve_time: float
 
     def __post_init__(self):
@@ -486,7 +516,8 @@ class IDTOSolver:
 
         Args:
           max_iterations: override of ``options.max_iterations``.
-          trust_radius: initial ``Δ`` (default ``options.initial_radius``).
+          trust_radius: initial ``Δ`` (default ``options.initial_radius``; where that is None,
+            scaled to the problem from the first Gauss–Newton step, see :class:`IDTOSettings`).
 
         Returns:
           :class:`IDTOResult`.  ``self.trust_radius`` keeps the final radius.
@@ -543,13 +574,26 @@ class IDTOSolver:
                 pH = -scipy.linalg.cho_solve_banded((cb, False), gl, check_finite=False)
                 gHg = gl @ Hs.matvec(gl)
                 pU = -(gl @ gl) / gHg * gl if gHg > 0 else -gl
+                if radius is None:  # scaled to the problem: a fraction of the first Gauss–Newton step
+                    radius = min(max(opts.auto_radius_scale * float(np.linalg.norm(pH)), 10.0 * opts.min_radius),
+                                 opts.max_radius)
                 times["factor"] = time.perf_counter() - t0
                 violation = pr.unactuated_violation(lin.tau)
             else:
                 times.update({"residual": 0.0, "jacobian": 0.0, "assemble": 0.0, "factor": 0.0})
             t0 = time.perf_counter()
-            p, hit = _dogleg(pU, pH, radius)
-            pred = -(gl @ p + 0.5 * p @ Hs.matvec(p))
+            l1 = constrained and opts.constrained_step == "l1"
+            if l1:
+                nH = float(np.linalg.norm(pH))
+                alpha = 1.0 if nH <= radius else radius / nH
+                p, hit = pH * alpha, alpha < 1.0
+                mu = 2.0 * float(np.max(np.abs(lam), initial=0.0))
+                h1 = float(np.sum(np.abs(hval)))
+                # ℓ1 merit L + μ‖h‖₁; the linearized violation of p = α p_H is (1 − α) h
+                pred = -(gs @ p + 0.5 * p @ Hs.matvec(p)) + mu * alpha * h1
+            else:
+                p, hit = _dogleg(pU, pH, radius)
+                pred = -(gl @ p + 0.5 * p @ Hs.matvec(p))
             dq = D * p
             t1 = time.perf_counter()
             times["factor"] += t1 - t0
@@ -558,7 +602,9 @@ class IDTOSolver:
             cost_new, h_new = self._evaluate(q_new)
             times["trial"] = time.perf_counter() - t0
             actual = cost - cost_new
-            if constrained:
+            if l1:
+                actual += mu * (h1 - float(np.sum(np.abs(h_new))))
+            elif constrained:
                 actual += float(lam @ (hval - h_new))
             rho = actual / pred if pred > 0 else (0.0 if actual <= 0 else 1.0)
             accepted = bool(rho > 0 and np.isfinite(cost_new))
