@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bench tasks: keep one core busy with another process for the whole run")
     b.add_argument("--deterministic", action="store_true",
                    help="bench tasks: pairs that measure the lag use a fixed lag calibrated once on this machine")
+    b.add_argument("--lag", type=float, default=None, metavar="SECONDS",
+                   help="bench tasks: a fixed sync-mode lag for every pair (default: each task's own)")
     b.add_argument("--records", type=int, default=None, metavar="N",
                    help="states per model in the recorded dataset (bench gdd; default 20000)")
     b.set_defaults(func=cmd_bench)
@@ -288,7 +290,8 @@ def cmd_bench(args) -> int:
         options["plots"] = args.plots
     for name, doing in (("seeds", "runs no seeded tasks"), ("records", "records no dataset"),
                         ("tasks", "takes no task list"), ("planner", "takes no planner"),
-                        ("load", "has no load condition"), ("deterministic", "has no lag to fix")):
+                        ("load", "has no load condition"), ("deterministic", "has no lag to fix"),
+                        ("lag", "has no lag to fix")):
         value = getattr(args, name)
         if value is None or value is False:
             continue

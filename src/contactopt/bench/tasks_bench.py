@@ -108,10 +108,12 @@ def pairs(tasks=None, planner: str | None = None) -> list[tuple[str, str]]:
     return out
 
 
-def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int = 0):
+def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int = 0, lag: float | None = None):
     """``(seed) -> report`` for one pair (a bundled runner, or the generic path).  With
     ``deterministic`` a measured lag is replaced by the pair's calibrated fixed lag
-    (:mod:`contactopt.mpc.calibration`, calibrated from ``seed``)."""
+    (:mod:`contactopt.mpc.calibration`, calibrated from ``seed``); ``lag`` (s) fixes it for every
+    pair.  Generic runs stop once the success test has held (the outcome is the same: a failure
+    is latched and no success can start after it)."""
     from ..mpc.calibration import CALIBRATION_SECONDS, calibrated_lag, runner_fixed_lag
     from ..mpc.task_runner import run_task
     from ..tasks import load_task
@@ -125,15 +127,20 @@ def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int =
         if planner in spec.runners:
             runner = spec.runner(planner)
             options: dict = {}
-            if deterministic:
+            if lag is not None:
+                import inspect
+
+                if "lag" not in inspect.signature(runner).parameters:
+                    raise ParameterError(f"--lag: the {planner} runs of {name} model no lag")
+                options["lag"] = lag
+            elif deterministic:
                 runner_fixed_lag(name, planner, runner, options, seed)
             return lambda s: runner(seed=s, **options)
         task = spec.task()
-    lag = None
-    if deterministic:
+    if lag is None and deterministic:
         lag, _ = calibrated_lag(task.name, planner, 1.0, lambda: run_task(
             task, planner, seed=seed, seconds=min(CALIBRATION_SECONDS, task.duration)).report)
-    return lambda s: run_task(task, planner, seed=s, lag=lag).report
+    return lambda s: run_task(task, planner, seed=s, lag=lag, stop_on_success=True).report
 
 
 def _update_ms(report: dict) -> float | None:
@@ -154,14 +161,15 @@ def _failure_kind(report: dict) -> str:
     return "fell" if report.get("time_of_failure") is not None else "timeout"
 
 
-def run_pair(name: str, planner: str, seeds: range, *, bar=None, deterministic: bool = False) -> dict:
+def run_pair(name: str, planner: str, seeds: range, *, bar=None, deterministic: bool = False,
+             lag: float | None = None) -> dict:
     """One row of the benchmark: ``name`` × ``planner`` over ``seeds`` (see the module docstring)."""
     failures: dict[str, int] = {}
     tts, update_ms, modes = [], [], set()
     successes = 0
     t0 = time.perf_counter()
     try:
-        runner = _runner(name, planner, deterministic=deterministic, seed=seeds.start)
+        runner = _runner(name, planner, deterministic=deterministic, seed=seeds.start, lag=lag)
     except ContactoptError as exc:
         runner = None
         error = f"error: {exc}"
@@ -209,7 +217,8 @@ def _loadavg() -> float | None:
 
 
 def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, seeds="0:8", tasks=None,
-        planner: str | None = None, load: bool = False, deterministic: bool = False, plots=None) -> dict:
+        planner: str | None = None, load: bool = False, deterministic: bool = False, lag: float | None = None,
+        plots=None) -> dict:
     """Run every selected task × planner pair over ``seeds``.
 
     Args:
@@ -221,6 +230,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
       load: keep one core busy for the whole run.
       deterministic: pairs whose runs measure the lag use a fixed lag calibrated once per pair on
         this machine (:mod:`contactopt.mpc.calibration`); their ``mode`` reads ``sync fixed lag``.
+      lag: a fixed sync-mode lag (s) for every pair (excludes ``deterministic``).
       plots: optional existing directory for ``tasks.png`` (success rate per pair).
 
     Returns:
@@ -233,13 +243,15 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     if models:
         raise ParameterError("bench tasks chooses tasks with --tasks, not --model")
     seeds = parse_seed_range(seeds)
+    if lag is not None and (deterministic or not (np.isfinite(lag) and lag >= 0)):
+        raise ParameterError(f"--lag must be seconds >= 0 and excludes --deterministic, got {lag!r}")
     todo = pairs(tasks, planner)
     rows = []
     load_before = _loadavg()
     with busy_core(load), progress_bar(total=len(todo) * len(seeds), desc="bench tasks", unit="run",
                                        enable=progress) as bar:
         for name, p in todo:
-            rows.append(run_pair(name, p, seeds, bar=bar, deterministic=deterministic))
+            rows.append(run_pair(name, p, seeds, bar=bar, deterministic=deterministic, lag=lag))
     result = {"rows": rows, "load": "one core busy" if load else "none", "cpu_count": os.cpu_count(),
               "loadavg_1min": {"start": load_before, "end": _loadavg()}}
     if plots is not None:
@@ -268,10 +280,10 @@ def plot_rates(result: dict, path) -> None:
 
 
 def table(result: dict) -> str:
-    """The rows as text; failures as ``kind×n``."""
+    """The rows as text; failures as ``kind×n`` (error messages cut at 60 characters; ``--json`` has them whole)."""
     rows = []
     for r in result["rows"]:
-        fails = ", ".join(f"{k}×{n}" for k, n in sorted(r["failures"].items()))
+        fails = ", ".join(f"{k if len(k) <= 60 else k[:57] + '...'}×{n}" for k, n in sorted(r["failures"].items()))
         rows.append({**r, "rate": f"{r['successes']}/{r['successes'] + sum(r['failures'].values())}",
                      "fails": fails or "-"})
     text = format_table(rows, [
@@ -289,5 +301,5 @@ register_benchmark(Benchmark(
     description="success rate of every task × planner pair over a seed range (--seeds A:B, --tasks, --planner, --load)",
     run=run,
     table=table,
-    options=("seeds", "plots", "tasks", "planner", "load", "deterministic"),
+    options=("seeds", "plots", "tasks", "planner", "load", "deterministic", "lag"),
 ))
