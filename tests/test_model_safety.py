@@ -221,3 +221,18 @@ def test_cli_small_memory_is_a_one_line_error(tmp_path):
     assert lines[-1].startswith("contactopt: error: MujocoDynamics: ") and "<size memory" in lines[-1], proc.stderr
     assert "Traceback" not in proc.stderr and "ERROR:" not in proc.stderr
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+@pytest.mark.parametrize("planner", ["ilqg", "idto", "gdd"])
+def test_a_model_without_actuators_is_refused_with_the_fix(tmp_path, planner):
+    import contactopt
+    from contactopt.costs import CostTerm, Qvel
+    from contactopt.errors import ModelError
+    from contactopt.planners import make
+
+    xml = tmp_path / "passive.xml"
+    xml.write_text('<mujoco><worldbody><body><joint type="hinge"/><geom size="0.1"/></body></worldbody></mujoco>')
+    task = contactopt.Task(name="passive", model=str(xml), cost=lambda m: [CostTerm(Qvel(m))],
+                           success=lambda m, d: False, duration=1.0)
+    with pytest.raises(ModelError, match=r"no actuators.*add an <actuator>"):
+        make(planner, task)

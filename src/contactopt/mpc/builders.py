@@ -57,7 +57,7 @@ def build_ilqg(task, plant, options, weights, *, textbook: bool = False):
     from .ilqg_planner import ILQGPlanner
 
     if plant.nu == 0:
-        raise ParameterError(f"task {task.name}: the model has no actuators; iLQG has nothing to plan")
+        _no_actuators(task, "iLQG")
     h, T = _grid(task, plant, options)
     model = task.make_planner_model(plant, h)
     cost = task_cost(task, model, h, weights)
@@ -100,6 +100,14 @@ register(PlannerSpec("ilqg-textbook", "textbook iLQG (control regularization, pl
 
 
 # --------------------------------------------------------------------------- IDTO
+
+
+def _no_actuators(task, planner: str):
+    """Refuse a model without actuators, naming the fix."""
+    from ..errors import ModelError
+
+    raise ModelError(f"task {task.name}: the model has no actuators, so {planner} has nothing to plan; add an "
+                     f"<actuator> to the MJCF (e.g. <motor joint=\"...\" gear=\"1\" ctrlrange=\"-1 1\"/>)")
 
 
 def _may_collide(model: mujoco.MjModel) -> bool:
@@ -147,7 +155,7 @@ def build_idto(task, plant, options, weights):
     from .idto_planner import IDTOPlanner
 
     if plant.nu == 0:
-        raise ParameterError(f"task {task.name}: the model has no actuators; IDTO has nothing to plan")
+        _no_actuators(task, "IDTO")
     h, T = _grid(task, plant, options)
     if options["max_knots"] < 1:
         raise ParameterError(f"max_knots must be at least 1, got {options['max_knots']}")
@@ -239,8 +247,7 @@ def build_gdd(task, plant, options, weights):
     from .registry import apply_cost_weights
 
     if plant.nu == 0:
-        raise ParameterError(f"task {task.name}: the model has no actuators; goal-directed dynamics "
-                             "has nothing to control")
+        _no_actuators(task, "goal-directed dynamics")
     model = task.make_planner_model(plant, float(plant.opt.timestep))
     bandwidth = options["bandwidth"]
     if bandwidth is None:
