@@ -26,6 +26,7 @@ __all__ = [
     "as_array",
     "check_positive",
     "check_nonnegative",
+    "check_instance",
 ]
 
 
@@ -114,6 +115,17 @@ def as_array(
             f"{name}: contains a non-finite value ({arr[tuple(bad)]}) at index {where if len(where) != 1 else where[0]}"
         )
     return arr
+
+
+def check_instance(name: str, value, cls: type, default=None):
+    """``value`` if it is a ``cls`` (``default()`` first when ``value`` is None and a ``default``
+    factory is given); else :class:`ParameterError` naming ``name``, the expected and the given type."""
+    if value is None and default is not None:
+        value = default()
+    if not isinstance(value, cls):
+        label = f"mujoco.{cls.__name__}" if cls.__module__.startswith("mujoco") else cls.__name__
+        raise ParameterError(f"{name} must be a {label}, got {type(value).__name__}")
+    return value
 
 
 def check_positive(name: str, value: float) -> float:

@@ -43,7 +43,7 @@ import mujoco
 import numpy as np
 from numba import njit
 
-from ..errors import ParameterError, as_array
+from ..errors import ParameterError, as_array, check_instance
 from .geometry import ContactSpace, contact_space
 
 __all__ = [
@@ -335,14 +335,8 @@ class CompliantContactModel:
 
     def __init__(self, model: mujoco.MjModel, params: ContactParameters | None = None,
                  *, bodies=None):
-        if not isinstance(model, mujoco.MjModel):
-            raise ParameterError(f"CompliantContactModel: model must be a mujoco.MjModel, got {type(model).__name__}")
-        if params is None:
-            params = ContactParameters()
-        if not isinstance(params, ContactParameters):
-            raise ParameterError(f"CompliantContactModel: params must be ContactParameters, got {type(params).__name__}")
-        self.model = model
-        self.params = params
+        self.model = check_instance("CompliantContactModel: model", model, mujoco.MjModel)
+        self.params = check_instance("CompliantContactModel: params", params, ContactParameters, ContactParameters)
         self._body_mask = None
         if bodies is not None:
             if isinstance(bodies, str):

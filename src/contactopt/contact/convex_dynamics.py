@@ -53,7 +53,7 @@ import mujoco
 import numpy as np
 import scipy.linalg
 
-from ..errors import ParameterError, ShapeError, as_array
+from ..errors import ParameterError, ShapeError, as_array, check_instance
 from .convex import ContactBatch, ContactStatus, ConvexContactModel
 from .geometry import ContactSpace, contact_space
 from .smooth_dynamics import SingularInertiaError, UnconstrainedDynamics
@@ -162,12 +162,8 @@ class ConvexDynamics:
 
     def __init__(self, model: mujoco.MjModel, contact_model: ConvexContactModel | None = None, *,
                  penetration_recovery: float = 0.2, implicit_damping: bool = True):
-        if not isinstance(model, mujoco.MjModel):
-            raise ParameterError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-        if contact_model is None:
-            contact_model = ConvexContactModel()
-        if not isinstance(contact_model, ConvexContactModel):
-            raise ParameterError(f"contact_model must be a ConvexContactModel, got {type(contact_model).__name__}")
+        check_instance("model", model, mujoco.MjModel)
+        contact_model = check_instance("contact_model", contact_model, ConvexContactModel, ConvexContactModel)
         rho = float(penetration_recovery)
         if not (math.isfinite(rho) and 0.0 < rho <= 1.0):
             raise ParameterError(f"penetration_recovery must be in (0, 1], got {penetration_recovery!r}")

@@ -96,7 +96,7 @@ import mujoco
 import numpy as np
 import scipy.linalg
 
-from ..errors import ParameterError, ShapeError, as_array
+from ..errors import ParameterError, ShapeError, as_array, check_instance
 from .geometry import ContactSpace, contact_space
 from .smooth_dynamics import UnconstrainedDynamics
 
@@ -298,14 +298,8 @@ class SmoothContactDynamics:
 
     def __init__(self, model: mujoco.MjModel, contact_model: SmoothContactModel | None = None, *,
                  implicit_damping: bool = True):
-        if not isinstance(model, mujoco.MjModel):
-            raise ParameterError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
-        if contact_model is None:
-            contact_model = SmoothContactModel()
-        if not isinstance(contact_model, SmoothContactModel):
-            raise ParameterError(f"contact_model must be a SmoothContactModel, got {type(contact_model).__name__}")
-        self.model = model
-        self.contact_model = contact_model
+        self.model = check_instance("model", model, mujoco.MjModel)
+        self.contact_model = check_instance("contact_model", contact_model, SmoothContactModel, SmoothContactModel)
         self._smooth = UnconstrainedDynamics(model, implicit_damping=implicit_damping)
         self.timestep = self._smooth.timestep
 

@@ -53,7 +53,7 @@ import numpy as np
 import scipy.linalg
 import scipy.linalg.lapack
 
-from ...errors import ParameterError, check_positive
+from ...errors import ParameterError, check_instance, check_positive
 from ._blas import single_threaded_blas
 from .problem import IDTOProblem, Linearization
 
@@ -410,14 +410,8 @@ class IDTOSolver:
     """
 
     def __init__(self, problem: IDTOProblem, options: IDTOSettings | None = None):
-        if not isinstance(problem, IDTOProblem):
-            raise ParameterError(f"IDTOSolver: problem must be an IDTOProblem, got {type(problem).__name__}")
-        if options is None:
-            options = IDTOSettings()
-        if not isinstance(options, IDTOSettings):
-            raise ParameterError(f"IDTOSolver: options must be IDTOSettings, got {type(options).__name__}")
-        self.problem = problem
-        self.options = options
+        self.problem = check_instance("IDTOSolver: problem", problem, IDTOProblem)
+        self.options = options = check_instance("IDTOSolver: options", options, IDTOSettings, IDTOSettings)
         self.trust_radius = options.initial_radius
 
     def _scaling(self, diag: np.ndarray) -> np.ndarray:
