@@ -43,7 +43,7 @@ import mujoco
 import numpy as np
 from numba import njit
 
-from ..errors import ParameterError, as_array, check_instance
+from ..errors import ParameterError, as_array, check_instance, check_positive
 from .geometry import ContactSpace, contact_space
 
 __all__ = [
@@ -139,16 +139,11 @@ class ContactParameters:
           :class:`ContactParameters`.
 
         Raises:
-          ParameterError: non-positive or non-finite ``time_step``.
+          ParameterError / NonFiniteError: a non-positive or non-finite ``time_step``.
         """
         from ..model import actuation_map
 
-        try:
-            h = float(time_step)
-        except (TypeError, ValueError):
-            raise ParameterError(f"ContactParameters.from_model: time_step must be a number, got {time_step!r}") from None
-        if not (math.isfinite(h) and h > 0):
-            raise ParameterError(f"ContactParameters.from_model: time_step must be positive, got {time_step!r}")
+        h = check_positive("ContactParameters.from_model: time_step", time_step)
         g = float(np.linalg.norm(model.opt.gravity))
         if not g > 0:
             g = 9.81
