@@ -117,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--friction-scale", type=float, default=None,
                    help="MPC planners: model error, plant friction × this")
     r.set_defaults(func=cmd_run)
+
+    # --- gui subcommand (contactopt.gui): begin ---
+    # --- gui subcommand (contactopt.gui): end ---
+
+    # --- serve subcommand and run --remote (contactopt.remote): begin ---
+    # --- serve subcommand and run --remote (contactopt.remote): end ---
     return p
 
 
