@@ -288,6 +288,25 @@ def test_cli_set_and_seed_errors():
     assert out.returncode == 0 and "weight.qpos" in out.stdout and "trust_radius" in out.stdout
 
 
+def test_options_file_gives_the_same_settings_as_set(tmp_path):
+    from contactopt.cli import load_options_file
+
+    f = tmp_path / "opts.toml"
+    f.write_text('horizon = 0.8\nweight.qvel = 0.05\n"weight.ctrl" = 2e-3\nline_search_steps = [1, 0.5]\n')
+    loaded = load_options_file(f)
+    assert loaded == {"horizon": 0.8, "weight.qvel": 0.05, "weight.ctrl": 2e-3, "line_search_steps": [1, 0.5]}
+    task = contactopt.load_task_file(PENDULUM_TASK)
+    from_file = registry.parse_settings("ilqg", task, loaded)
+    from_set = registry.parse_settings("ilqg", task, {"horizon": "0.8", "weight.qvel": "0.05",
+                                                      "weight.ctrl": "0.002", "line_search_steps": "1,0.5"})
+    assert from_file == from_set
+    f.write_text("horizon = \n")
+    out = _run_cli("run", str(PENDULUM_TASK), "--options", str(f))
+    assert out.returncode == 1 and "not valid TOML" in out.stderr and out.stderr.count("\n") == 1
+    out = _run_cli("run", str(PENDULUM_TASK), "--options", str(tmp_path / "missing.toml"))
+    assert out.returncode == 1 and "cannot read it" in out.stderr
+
+
 def test_run_lists_tasks_with_a_header():
     out = _run_cli("run")
     assert out.returncode == 0

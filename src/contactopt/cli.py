@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", dest="settings",
                    help="planner option or cost weight, e.g. horizon=0.5 or weight.qpos=10 (repeatable; "
                         "task files only); --set help lists the keys")
+    r.add_argument("--options", type=Path, default=None, metavar="FILE.toml",
+                   help="a TOML file of --set keys (e.g. exported by the GUI); --set overrides it")
     r.add_argument("--save-trajectory", type=Path, default=None, metavar="FILE.npz",
                    help="write time, qpos, qvel, ctrl and each update's cost, compute time and lag (task files)")
     r.add_argument("--camera", default="video", help="video camera name (default: 'video', else automatic)")
@@ -384,6 +386,40 @@ def _parse_settings(items) -> dict:
     return out
 
 
+def load_options_file(path) -> dict:
+    """The ``--set`` keys of a TOML file (None: none): top-level ``key = value`` pairs; a dotted
+    key written bare (``weight.qpos = 10``, a TOML table) and quoted (``"weight.qpos" = 10``)
+    mean the same key.  Values keep their TOML type (number, bool, string, array of numbers).
+
+    Raises:
+      ParameterError: a missing or unreadable file, or TOML syntax errors (with the line).
+    """
+    if path is None:
+        return {}
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ParameterError(f"--options {path}: cannot read it ({exc.strerror or exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ParameterError(f"--options {path}: not valid TOML: {exc}") from None
+
+    out: dict = {}
+
+    def flatten(prefix: str, table: dict) -> None:
+        for key, value in table.items():
+            full = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict):
+                flatten(full, value)
+            else:
+                out[full] = value
+
+    flatten("", data)
+    return out
+
+
 def _print_report(report: dict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(report, indent=2))
@@ -413,7 +449,7 @@ def cmd_run_file(args, task=None, default_planner: str = "ilqg") -> int:
         for key, default, doc in rows:
             print(f"  {key:{width}s}  {default:>10s}  {doc}")
         return 0
-    settings = _parse_settings(args.settings)
+    settings = {**load_options_file(args.options), **_parse_settings(args.settings)}
     _check_run_args(args)
     pushes = [_parse_push(text) for text in args.push or ()]
     common = dict(mode=args.mode or "sync", slowdown=args.slowdown or 1.0, mass_scale=args.mass_scale or 1.0,
@@ -457,11 +493,12 @@ def cmd_run(args) -> int:
         return cmd_run_file(args)
     spec = load_task(args.task)
     generic = spec.task_factory is not None and (
-        (args.planner is not None and args.planner not in spec.runners) or args.settings or args.save_trajectory)
+        (args.planner is not None and args.planner not in spec.runners) or args.settings or args.options
+        or args.save_trajectory)
     if generic:  # the scenario's planner-independent Task, with any registered planner
         return cmd_run_file(args, task=spec.task(), default_planner=spec.planners[0])
-    if args.settings:
-        raise ParameterError(f"--set applies to task files and to tasks with a planner-independent form; "
+    if args.settings or args.options:
+        raise ParameterError(f"--set and --options apply to task files and to tasks with a planner-independent form; "
                              f"{args.task!r} has fixed settings")
     if args.save_trajectory is not None:
         raise ParameterError(f"--save-trajectory applies to task files and to tasks with a planner-independent "
