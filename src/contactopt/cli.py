@@ -125,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     # --- serve subcommand and run --remote (contactopt.remote): begin ---
     # --- serve subcommand and run --remote (contactopt.remote): end ---
+
+    # --- sweep subcommand (contactopt.sweep): begin ---
+    # --- sweep subcommand (contactopt.sweep): end ---
     return p
 
 
