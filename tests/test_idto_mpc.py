@@ -12,6 +12,7 @@ from contactopt.mpc import PlannerUpdate
 from contactopt.mpc.idto_planner import (
     IDTOPlanner,
     IDTOPolicy,
+    ServoFeedforward,
     feedforward_controls,
     resample_trajectory,
 )
@@ -59,6 +60,40 @@ def test_feedforward_controls_divide_out_the_gear():
     m = load_model("hopper")
     tau = np.array([[1.0, 2.0, 3.0, 200.0, 300.0]])
     np.testing.assert_allclose(feedforward_controls(actuation_map(m).control_gain, tau), [[2.0, 2.0]])
+
+
+@pytest.mark.parametrize("name", ["reacher", "cartpole", "tendon_arm"])
+def test_servo_feedforward_realizes_the_planned_force_in_mujoco(name, rng):
+    """Forward against inverse: the feedforward control, applied in MuJoCo at the knot's state,
+    produces the planned generalized force (position and velocity servos' bias and tendons'
+    configuration-dependent moment arms included); the motors-only map does not."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "style" / name / f"{name}.xml"
+    m = mujoco.MjModel.from_xml_path(str(path))
+    m.actuator_forcelimited[:] = 0  # compare forces, not their clamp
+    d = mujoco.MjData(m)
+    ff = ServoFeedforward(m)
+    assert not ff.constant
+    T = 4
+    q = np.tile(m.qpos0, (T + 1, 1)) + rng.normal(scale=0.3, size=(T + 1, m.nq))
+    v = rng.normal(scale=0.5, size=(T + 1, m.nv))
+    # forces the actuators can make at each knot: actuator forces inside their control ranges
+    tau = np.empty((T, m.nv))
+    lo, hi = m.actuator_ctrlrange[:, 0], m.actuator_ctrlrange[:, 1]
+    for t in range(T):
+        d.qpos[:], d.qvel[:] = q[t + 1], v[t + 1]
+        d.ctrl[:] = lo + rng.uniform(0.2, 0.8, m.nu) * (hi - lo)
+        mujoco.mj_forward(m, d)
+        tau[t] = d.qfrc_actuator
+    u = ff(q, v, tau)
+    for t in range(T):
+        d.qpos[:], d.qvel[:], d.ctrl[:] = q[t + 1], v[t + 1], u[t]
+        mujoco.mj_forward(m, d)
+        np.testing.assert_allclose(d.qfrc_actuator, tau[t], atol=1e-8)
+        assert np.all(u[t] >= lo - 1e-9) and np.all(u[t] <= hi + 1e-9)
+    motors_only = feedforward_controls(actuation_map(m).control_gain, tau)
+    assert not np.allclose(motors_only, u, atol=1e-3)
 
 
 def test_resample_trajectory_linear_and_held():

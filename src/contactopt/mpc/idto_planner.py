@@ -39,13 +39,14 @@ import numpy as np
 from scipy.interpolate import CubicSpline
 
 from ..errors import ContactoptError, ParameterError, as_array, check_positive
-from ..model import actuation_map
+from ..model import actuation_map, actuator_moment_matrix
 from ..solvers.idto import IDTOProblem, IDTOResult, IDTOSettings, IDTOSolver, IDTOStatus
 from .policy import Policy
 from .runner import BREAKDOWN_KEYS, PlannerUpdate
 from .sampling import best_perturbed_rollout
 
-__all__ = ["IDTOPolicy", "IDTOPlanner", "UniformCubicSpline", "resample_trajectory", "feedforward_controls"]
+__all__ = ["IDTOPolicy", "IDTOPlanner", "UniformCubicSpline", "resample_trajectory", "feedforward_controls",
+           "ServoFeedforward"]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -95,9 +96,104 @@ def feedforward_controls(control_gain: np.ndarray, tau) -> np.ndarray:
 
     For plain motors ``G = B diag(gain)`` and ``G⁺ τ`` picks ``τ_j / gear_j`` on each
     motor's joint; the unactuated part of ``τ`` (in the null space of ``Gᵀ``) is dropped.
-    Returns ``(T, nu)``.
+    Returns ``(T, nu)``.  (Motors only: :class:`ServoFeedforward` handles servos' bias,
+    configuration-dependent moment arms and control limits.)
     """
     return np.asarray(tau, dtype=float) @ np.linalg.pinv(control_gain).T
+
+
+def _bounded_least_squares(G: np.ndarray, r: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """``u`` with ``lower ≤ u ≤ upper`` that nearly minimizes ``‖G u − r‖`` (``G (nv, nu)``, ``r (nv,)``).
+
+    Active set without release: solve the minimum-norm least squares on the free controls,
+    fix every one outside its bounds at the bound it crossed, repeat (at most ``nu`` times).
+    Exact when no bound is active; with antagonistic actuators (a pull-only flexor and
+    extensor on one joint) it moves the torque the minimum-norm split gave the wrong muscle
+    onto the other one instead of clipping it away.
+    """
+    nu = G.shape[1]
+    u = np.zeros(nu)
+    free = np.ones(nu, dtype=bool)
+    for _ in range(nu + 1):
+        rest = r - G[:, ~free] @ u[~free]
+        u[free] = np.linalg.lstsq(G[:, free], rest, rcond=None)[0] if free.any() else 0.0
+        low, high = free & (u < lower - 1e-12), free & (u > upper + 1e-12)
+        if not (low.any() or high.any()):
+            break
+        u[low], u[high] = lower[low], upper[high]
+        free &= ~(low | high)
+    return u
+
+
+class ServoFeedforward:
+    """Planned generalized forces → controls for any affine actuator, servos and tendons included.
+
+    IDTO's ``τ_t`` is the generalized force at step ``t``'s end state ``(q_{t+1}, v_{t+1})``.
+    An actuator without activation dynamics produces ``f_i = g_i(l, l̇) u_i + b_i(l, l̇)``
+    (MuJoCo's affine gain and bias: ``g = gainprm₀ + gainprm₁ l + gainprm₂ l̇``, ``b = biasprm₀ +
+    biasprm₁ l + biasprm₂ l̇``; a position servo has ``b = −k_p l − k_v l̇``, a velocity servo
+    ``b = −k_v l̇``) and ``qfrc_actuator = B(q) f`` with ``B`` the transposed moment matrix, so::
+
+        u_t = argmin_{u_min ≤ u ≤ u_max} ‖ B(q_{t+1}) diag(g) u − (τ_t − B(q_{t+1}) b) ‖²
+
+    with ``l = actuator lengths at q_{t+1}`` and ``l̇ = Bᵀ v_{t+1}``.  For a position servo this is
+    ``u = q_{t+1} + (τ_t + k_v v_{t+1}) / k_p``: the plan's next configuration plus the offset
+    that makes the servo push ``τ_t`` — the plant's own servo then tracks the plan.
+
+    Models of plain motors on joints (fixed gain, no bias, constant moment arms, no active control
+    limit) take the constant map ``G⁺`` (:func:`feedforward_controls`) — the same numbers; the
+    general path evaluates ``B`` and the lengths at every knot (``mj_fwdPosition``).
+
+    Args:
+      model: the plant's model (its actuators are what the controls drive).
+    """
+
+    def __init__(self, model: mujoco.MjModel):
+        self.model = model
+        nu = model.nu
+        self.data = mujoco.MjData(model)
+        joint_trn = np.isin(model.actuator_trntype, [int(mujoco.mjtTrn.mjTRN_JOINT),
+                                                     int(mujoco.mjtTrn.mjTRN_JOINTINPARENT)])
+        no_dyn = model.actuator_dyntype == int(mujoco.mjtDyn.mjDYN_NONE)
+        affine_gain = np.isin(model.actuator_gaintype, [int(mujoco.mjtGain.mjGAIN_FIXED),
+                                                        int(mujoco.mjtGain.mjGAIN_AFFINE)])
+        self._usable = no_dyn & affine_gain  # other actuators get no feedforward (zero gain)
+        self._affine_bias = model.actuator_biastype == int(mujoco.mjtBias.mjBIAS_AFFINE)
+        limited = model.actuator_ctrllimited.astype(bool)
+        self.lower = np.where(limited, model.actuator_ctrlrange[:, 0], -np.inf)
+        self.upper = np.where(limited, model.actuator_ctrlrange[:, 1], np.inf)
+        plain = (np.all(joint_trn) and np.all(model.actuator_gaintype == int(mujoco.mjtGain.mjGAIN_FIXED))
+                 and not np.any(self._affine_bias))
+        self.constant = bool(plain)
+        self.ff_map = np.linalg.pinv(actuation_map(model).control_gain).T if nu else np.zeros((model.nv, 0))
+        # pull-only / push-only actuators sharing a joint: the minimum-norm split would ask one of
+        # them for a force of the wrong sign, so the bounded solve is needed even for motors
+        self._bounded = bool(np.any(limited & ((model.actuator_ctrlrange[:, 0] >= 0)
+                                               | (model.actuator_ctrlrange[:, 1] <= 0))))
+        if self._bounded:
+            self.constant = False
+
+    def __call__(self, q, v, tau) -> np.ndarray:
+        """Controls ``(T, nu)`` for the plan ``q (T+1, nq)``, ``v (T+1, nv)``, ``tau (T, nv)``."""
+        tau = np.asarray(tau, dtype=float)
+        if self.constant:
+            return tau @ self.ff_map
+        m, d = self.model, self.data
+        T = tau.shape[0]
+        out = np.zeros((T, m.nu))
+        prm_g, prm_b = m.actuator_gainprm, m.actuator_biasprm
+        for t in range(T):
+            d.qpos[:] = q[t + 1]
+            mujoco.mj_fwdPosition(m, d)
+            B = actuator_moment_matrix(m, d).T  # (nv, nu)
+            length = d.actuator_length
+            speed = B.T @ v[t + 1]
+            gain = np.where(self._usable, prm_g[:, 0] + np.where(
+                m.actuator_gaintype == int(mujoco.mjtGain.mjGAIN_AFFINE),
+                prm_g[:, 1] * length + prm_g[:, 2] * speed, 0.0), 0.0)
+            bias = np.where(self._affine_bias, prm_b[:, 0] + prm_b[:, 1] * length + prm_b[:, 2] * speed, 0.0)
+            out[t] = _bounded_least_squares(B * gain[None, :], tau[t] - B @ bias, self.lower, self.upper)
+        return out
 
 
 # --------------------------------------------------------------------------- spline
@@ -336,7 +432,7 @@ class IDTOPlanner:
         self.control_gain = actuation_map(self.model).control_gain
         self._gains = IDTOPolicy.gains(self.model, kp, kd)
         self._gains_key = self._key()
-        self._ff_map = np.linalg.pinv(self.control_gain).T  # (nv, nu): u_ff = τ G⁺ᵀ
+        self.feedforward = ServoFeedforward(self.model)
         self.result: IDTOResult | None = None
         self.t_plan = 0.0
         self.policy: IDTOPolicy | None = None
@@ -368,7 +464,7 @@ class IDTOPlanner:
         if self._sampler is None:
             self._sampler = MujocoDynamics(self.problem.model)
         dyn, cost = self._sampler, self.sample_cost
-        U = np.clip(res.tau @ self._ff_map, dyn.control_lower, dyn.control_upper)
+        U = np.clip(self.feedforward(res.q, res.v, res.tau), dyn.control_lower, dyn.control_upper)
         nq, nv = self.problem.nq, self.problem.nv
         x0 = np.zeros(dyn.nx)
         x0[:nq], x0[nq:nq + nv] = res.q[0], self.problem.v_init
@@ -438,7 +534,8 @@ class IDTOPlanner:
             return PlannerUpdate(None, float(res.cost), res.iterations, wall, self._breakdown(res), why)
         if self._key() != self._gains_key:  # kp / kd changed since the last plan
             self._gains, self._gains_key = IDTOPolicy.gains(self.model, self.kp, self.kd), self._key()
-        policy = IDTOPolicy(self.model, t, self.h, res.q, res.v, res.tau @ self._ff_map, self.kp, self.kd,
+        policy = IDTOPolicy(self.model, t, self.h, res.q, res.v, self.feedforward(res.q, res.v, res.tau),
+                            self.kp, self.kd,
                             _gains=self._gains)
         self.result, self.t_plan, self.policy = res, float(t), policy
         wall = time.perf_counter() - start
