@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bench tasks: pairs that measure the lag use a fixed lag calibrated once on this machine")
     b.add_argument("--lag", type=float, default=None, metavar="SECONDS",
                    help="bench tasks: a fixed sync-mode lag for every pair (default: each task's own)")
+    b.add_argument("--repeats", type=int, default=None, metavar="N",
+                   help="interleaved pairs of timed blocks behind each ratio (bench contact/gdd/noise; "
+                        "default 7, at least 5)")
     b.add_argument("--records", type=int, default=None, metavar="N",
                    help="states per model in the recorded dataset (bench gdd; default 20000)")
     b.set_defaults(func=cmd_bench)
@@ -302,7 +305,7 @@ def cmd_bench(args) -> int:
     for name, doing in (("seeds", "runs no seeded tasks"), ("records", "records no dataset"),
                         ("tasks", "takes no task list"), ("planner", "takes no planner"),
                         ("load", "has no load condition"), ("deterministic", "has no lag to fix"),
-                        ("lag", "has no lag to fix")):
+                        ("lag", "has no lag to fix"), ("repeats", "reports no timing ratio")):
         value = getattr(args, name)
         if value is None or value is False:
             continue
@@ -322,6 +325,10 @@ def cmd_bench(args) -> int:
             value = [t.strip() for item in value for t in item.split(",") if t.strip()]
         elif name == "records" and value < 1:
             raise ParameterError(f"--{name} must be >= 1, got {value}")
+        elif name == "repeats":
+            from .bench.timing import check_repeats
+
+            value = check_repeats(value)
         options[name] = value
     result = bench.run(args.model, min_time=args.min_time, **options)
     text = json.dumps(result, indent=2)

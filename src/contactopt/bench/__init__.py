@@ -50,7 +50,8 @@ _BENCHMARKS: dict[str, Benchmark] = {}
 
 #: Modules that register the built-in benchmarks.
 _BUILTIN_MODULES = tuple(f"contactopt.bench.{name}" for name in
-                         ("mujoco_bench", "contact_bench", "ilqg_bench", "gdd_bench", "idto_bench", "tasks_bench"))
+                         ("mujoco_bench", "contact_bench", "ilqg_bench", "gdd_bench", "idto_bench", "tasks_bench",
+                          "noise_bench"))
 
 
 def register_benchmark(bench: Benchmark) -> Benchmark:

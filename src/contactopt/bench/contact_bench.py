@@ -35,7 +35,6 @@ it writes ``DIR/ball_drop.png`` (vertical velocity, vertical impulse and gap aga
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import mujoco
@@ -47,6 +46,7 @@ from ..errors import ParameterError
 from ..model import load_model, model_name, reset_to_keyframe
 from ..progress import progress_bar
 from . import Benchmark, format_table, median, register_benchmark, time_per_call
+from .timing import DEFAULT_REPEATS, check_repeats, load_average, paired_ratio
 
 __all__ = ["contact_problems", "benchmark_contacts", "ball_drop", "run"]
 
@@ -130,8 +130,9 @@ def _max_rel_err(batch, got, want):
     return worst
 
 
-def _clarabel_time(batch, c, min_time):
-    """Seconds per exact forward solve (Clarabel, setup + solve), or None without clarabel."""
+def _clarabel_solver(batch, c):
+    """``solve()`` that solves the batch's next exact forward problem with Clarabel (set-up +
+    solve, cycling through the problems), or None without clarabel."""
     from ..contact.reference import clarabel_available, solve_forward_exact
 
     if not clarabel_available():
@@ -143,21 +144,25 @@ def _clarabel_time(batch, c, min_time):
         A = batch.A_flat[batch.a_offsets[p]:batch.a_offsets[p] + n * n].reshape(n, n)
         problems.append((A, c[s:e], batch.friction[batch.contact_offsets[p]:batch.contact_offsets[p + 1]],
                          batch.v_min[batch.normal_offsets[p]:batch.normal_offsets[p + 1]], batch.R[s:e]))
-    solve = lambda i: solve_forward_exact(problems[i][0], problems[i][1], friction=problems[i][2],
-                                          v_min=problems[i][3], R=problems[i][4])
-    solve(0)
-    done, t0 = 0, time.perf_counter()
-    while True:
-        solve(done % len(problems))
-        done += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= min_time and done >= 5:
-            return elapsed / done
+    state = {"i": 0}
+
+    def solve():
+        A, ci, mu, vmin, R = problems[state["i"] % len(problems)]
+        state["i"] += 1
+        solve_forward_exact(A, ci, friction=mu, v_min=vmin, R=R)
+
+    return solve
 
 
 def benchmark_contacts(model: mujoco.MjModel, contacts: int, *, min_time: float = 0.2, pool=None,
-                       contact_model: ConvexContactModel | None = None) -> dict | None:
-    """One Table-1 row (see the module docstring), or None if no state has ``contacts`` contacts."""
+                       contact_model: ConvexContactModel | None = None,
+                       repeats: int = DEFAULT_REPEATS) -> dict | None:
+    """One Table-1 row (see the module docstring), or None if no state has ``contacts`` contacts.
+
+    The ratios ``inverse_vs_reference`` and ``forward_vs_reference`` (Clarabel seconds per
+    problem ÷ ours) are medians over ``repeats`` interleaved pairs of blocks
+    (:func:`~contactopt.bench.timing.paired_ratio`), with their interquartile ranges
+    ``*_iqr``."""
     cm = contact_model or ConvexContactModel()
     batch, c = contact_problems(model, contacts, contact_model=cm, pool=pool)
     if batch is None:
@@ -170,9 +175,23 @@ def benchmark_contacts(model: mujoco.MjModel, contacts: int, *, min_time: float 
     fwd2 = cm.forward_batch(batch, inv2.c)
     converged = bool(fwd.all_converged and inv.all_converged and inv2.all_converged and fwd2.all_converged)
     consistency = max(_max_rel_err(batch, inv.c, c), _max_rel_err(batch, fwd2.v, v_pert))
-    t_inv = time_per_call(lambda: cm.inverse_batch(batch, fwd.v), min_time=min_time) / batch.count
-    t_fwd = time_per_call(lambda: cm.forward_batch(batch, c), min_time=min_time) / batch.count
-    t_ref = _clarabel_time(batch, c, min_time)
+    inverse = lambda: cm.inverse_batch(batch, fwd.v)
+    forward = lambda: cm.forward_batch(batch, c)
+    reference = _clarabel_solver(batch, c)
+    block = max(min_time / 4, 0.02)
+    n = batch.count
+    if reference is not None:
+        # Clarabel (the yardstick) against each batched evaluation, in interleaved blocks
+        inv_pair = paired_ratio(reference, inverse, repeats=repeats, block_time=block, per_call_b=n)
+        fwd_pair = paired_ratio(reference, forward, repeats=repeats, block_time=block, per_call_b=n)
+        t_ref = float(np.median(inv_pair.a + fwd_pair.a))
+        t_inv, t_fwd = float(np.median(inv_pair.b)), float(np.median(fwd_pair.b))
+        spread = {"inverse_vs_reference_iqr": list(inv_pair.iqr), "forward_vs_reference_iqr": list(fwd_pair.iqr),
+                  "repeats": inv_pair.repeats}
+    else:
+        t_inv = time_per_call(inverse, min_time=min_time) / n
+        t_fwd = time_per_call(forward, min_time=min_time) / n
+        t_ref, spread = None, {"repeats": None}
     return {
         "contacts": int(contacts),
         "problems": int(batch.count),
@@ -181,8 +200,9 @@ def benchmark_contacts(model: mujoco.MjModel, contacts: int, *, min_time: float 
         "inverse_per_s": 1.0 / t_inv,
         "forward_per_s": 1.0 / t_fwd,
         "reference_per_s": None if t_ref is None else 1.0 / t_ref,
-        "inverse_vs_reference": None if t_ref is None else t_ref / t_inv,
-        "forward_vs_reference": None if t_ref is None else t_ref / t_fwd,
+        "inverse_vs_reference": None if t_ref is None else inv_pair.median,
+        "forward_vs_reference": None if t_ref is None else fwd_pair.median,
+        **spread,
         "consistency_max_rel_err": consistency,
         "all_converged": converged,
     }
@@ -268,7 +288,8 @@ def plot_ball_drop(drops: list[dict], path: str | os.PathLike) -> None:
 # --------------------------------------------------------------------------- run
 
 
-def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plots=None) -> dict:
+def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plots=None,
+        repeats: int = DEFAULT_REPEATS) -> dict:
     """Run the benchmark; ``models`` default to the humanoid; ``plots`` a directory for PNGs.
 
     Returns:
@@ -279,6 +300,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
         plots = Path(plots)
         if not plots.is_dir():
             raise ParameterError(f"--plots: {plots} is not an existing directory")
+    repeats = check_repeats(repeats)
+    load_start = load_average()
     names = list(models) if models else ["humanoid"]
     loaded = [load_model(n, timestep=BENCH_TIMESTEP) for n in names]
     out_models = []
@@ -288,7 +311,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
             pool = _state_pool(model)
             rows, skipped = [], []
             for k in CONTACT_COUNTS:
-                row = benchmark_contacts(model, k, min_time=min_time, pool=pool)
+                row = benchmark_contacts(model, k, min_time=min_time, pool=pool, repeats=repeats)
                 if row is not None:
                     rows.append(row)
                 else:
@@ -305,11 +328,20 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
         written.append(str(path))
     return {"rows": out_models[0]["rows"], "models": out_models,
             "ball_drop": [d["summary"] for d in drops],
-            "plots": written, "paper_table_1": PAPER_TABLE_1}
+            "plots": written, "paper_table_1": PAPER_TABLE_1, "threads": 1, "repeats": repeats,
+            "loadavg_1min": {"start": load_start, "end": load_average()}}
 
 
 # the paper's single-thread inverse evaluations per second (3 GHz Core 2, 2011)
 PAPER_TABLE_1 = {"2": 241_774, "5": 54_190, "10": 12_991, "20": 2_361}
+
+
+def _ratio_text(row: dict, key: str):
+    """``median× [q25–q75]`` of a ratio column (None when Clarabel is missing)."""
+    if row.get(key) is None:
+        return None
+    q25, q75 = row.get(key + "_iqr") or (row[key], row[key])
+    return f"{row[key]:.1f}x [{q25:.1f}-{q75:.1f}]"
 
 
 def table(result: dict) -> str:
@@ -319,10 +351,12 @@ def table(result: dict) -> str:
             ("forward_iterations_median", "fwd iters", "{:g}"),
             ("inverse_per_s", "inverse/s", "{:,.0f}"), ("paper", "paper inv/s", "{:,.0f}"),
             ("forward_per_s", "forward/s", "{:,.0f}"), ("reference_per_s", "Clarabel/s", "{:,.0f}"),
-            ("inverse_vs_reference", "inv/ref", "{:,.0f}x"), ("forward_vs_reference", "fwd/ref", "{:,.0f}x"),
+            ("inverse_vs_reference", "inv/ref", "{}"), ("forward_vs_reference", "fwd/ref", "{}"),
             ("consistency_max_rel_err", "consistency", "{:.1e}")]
     for m in result["models"]:
-        rows = [dict(r, paper=PAPER_TABLE_1.get(str(r["contacts"]))) for r in m["rows"]]
+        rows = [dict(r, paper=PAPER_TABLE_1.get(str(r["contacts"])),
+                     **{k: _ratio_text(r, k) for k in ("inverse_vs_reference", "forward_vs_reference")})
+                for r in m["rows"]]
         parts.append(f"{m['name']} (nv = {m['nv']}), one thread, batches of {PROBLEMS_PER_ROW} problems:")
         parts.append(format_table(rows, cols))
         if m.get("skipped_contact_counts"):
@@ -343,4 +377,4 @@ def table(result: dict) -> str:
 register_benchmark(Benchmark(
     "contact",
     "convex contact model: inverse/forward evaluations per second vs Clarabel, ball drop",
-    run, table, ("plots",)))
+    run, table, ("plots", "repeats")))

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..errors import ParameterError
 from . import Benchmark, format_table, register_benchmark
+from .timing import DEFAULT_REPEATS, check_repeats, load_average
 
 __all__ = ["run", "table", "benchmark_model", "PAPER", "TARGETS"]
 
@@ -73,7 +74,7 @@ def _records_default() -> int:
 
 
 def benchmark_model(model: str, *, records: int | None = None, seconds: float | None = None,
-                    min_time: float = 0.2, progress: bool | None = None) -> dict:
+                    min_time: float = 0.2, progress: bool | None = None, repeats: int = DEFAULT_REPEATS) -> dict:
     """One row: record (or load) a dataset of ``model`` and replay it.
 
     Args:
@@ -83,6 +84,8 @@ def benchmark_model(model: str, *, records: int | None = None, seconds: float | 
       min_time: least seconds of timed calls per replay pass (short datasets are replayed
         several times and the fastest pass kept).
       progress: progress bars (None: only on a terminal).
+      repeats: fewest replay repeats; ``ratio`` (= ``ratio_median``) is the median of the
+        per-repeat ratios of passes timed back to back, ``ratio_iqr`` their ``[q25, q75]``.
 
     Returns:
       the :func:`contactopt.solvers.gdd.dataset.replay` dict plus ``name``, ``nv``, ``nu``,
@@ -107,7 +110,8 @@ def benchmark_model(model: str, *, records: int | None = None, seconds: float | 
     if str(model) != name:  # a file (a dataset, or a model that may share a bundled model's name)
         name = f"{name} ({Path(model).name})"
     row = {"name": name, "nv": int(loaded.nv), "nu": int(loaded.nu)}
-    row.update(replay(data, model=loaded, min_time=min_time, progress=progress))
+    row.update(replay(data, model=loaded, min_time=min_time, progress=progress, repeats=repeats))
+    row["ratio_median"] = row["ratio"]
     sessions = data.info.get("sessions", [])
     row["record_seconds"] = record_s
     row["sessions_fell"] = int(sum(bool(s.get("falls")) for s in sessions))
@@ -118,7 +122,7 @@ def benchmark_model(model: str, *, records: int | None = None, seconds: float | 
 
 
 def run(models=None, *, min_time: float = 0.2, progress: bool | None = None,
-        records: int | None = None, seconds: float | None = None) -> dict:
+        records: int | None = None, seconds: float | None = None, repeats: int = DEFAULT_REPEATS) -> dict:
     """Run the benchmark on ``models`` (default: humanoid and hand).
 
     Returns:
@@ -136,11 +140,13 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None,
             if m.nu == 0:
                 raise ParameterError(f"model {name!r} has no actuators: goal-directed dynamics needs "
                                      "at least one controllable actuator")
+    repeats = check_repeats(repeats)
+    load_start = load_average()
     n = _records_default() if records is None else records
-    rows = [benchmark_model(name, records=n, seconds=seconds, min_time=min_time, progress=progress)
-            for name in names]
+    rows = [benchmark_model(name, records=n, seconds=seconds, min_time=min_time, progress=progress,
+                            repeats=repeats) for name in names]
     return {"models": rows, "records": n, "threads": 1, "mujoco_version": mujoco.__version__,
-            "paper": PAPER}
+            "paper": PAPER, "repeats": repeats, "loadavg_1min": {"start": load_start, "end": load_average()}}
 
 
 def _fmt(x, spec):
@@ -163,7 +169,7 @@ def table(result: dict) -> str:
                 f"  [paper {paper}]" if paper is not None else "")
         t1.append(row)
     t1.append({"what": "ratio goal-directed / forward",
-               **{r["name"]: f"{r['ratio']:.2f}" + ("  [paper %.2f]" % (r["paper"]["gdd_us"] / r["paper"]["forward_us"])
+               **{r["name"]: f"{r['ratio']:.2f} [{r['ratio_iqr'][0]:.2f}-{r['ratio_iqr'][1]:.2f}]" + ("  [paper %.2f]" % (r["paper"]["gdd_us"] / r["paper"]["forward_us"])
                                                    if r.get("paper") else "") for r in rows}})
     cols = [("what", "CPU time per step (µs, mean)", "{}")] + [(r["name"], r["name"], "{}") for r in rows]
     parts.append(format_table(t1, cols))
@@ -192,4 +198,4 @@ def table(result: dict) -> str:
 register_benchmark(Benchmark(
     "gdd",
     "goal-directed dynamics: µs per step vs mj_forward and solver statistics (paper tables)",
-    run, table, ("records",)))
+    run, table, ("records", "repeats")))

@@ -50,8 +50,8 @@ __all__ = ["DYNAMICS_KEYS", "PlannerSession", "Setting", "apply_dynamics"]
 DYNAMICS_KEYS: dict[str, tuple] = {
     "model.mass_scale": (1.0, "every body's mass and inertia × this"),
     "model.friction_scale": (1.0, "every geom's friction coefficients × this"),
-    "model.contact_timeconst": (None, "contact stiffness: solref time constant [s] of every geom "
-                                      "(≥ 2 × the time step to take effect)"),
+    "model.contact_timeconst": (None, ("contact stiffness: solref time constant [s] of every geom "
+                                       "(≥ 2 × the time step to take effect)")),
     "model.contact_dampratio": (None, "contact damping: solref damping ratio of every geom"),
 }
 
@@ -343,7 +343,7 @@ class PlannerSession:
             qpos = np.asarray(p.q)
         else:
             return None
-        h = float(getattr(p, "h"))
+        h = float(p.h)
         return p.t0 + h * np.arange(qpos.shape[0]), qpos.copy()
 
     def status(self) -> dict:

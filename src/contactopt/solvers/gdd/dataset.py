@@ -210,7 +210,7 @@ def _percentiles(x) -> tuple:
 
 
 def replay(dataset: GDDDataset, *, model: mujoco.MjModel | None = None, min_time: float = 0.0,
-           max_repeats: int = 20, progress: bool | None = None) -> dict:
+           max_repeats: int = 20, progress: bool | None = None, repeats: int = 1) -> dict:
     """Re-run forward dynamics and goal-directed dynamics at every record, timed on one thread.
 
     Three sequential passes over the records (a session's records in order, the
@@ -232,6 +232,10 @@ def replay(dataset: GDDDataset, *, model: mujoco.MjModel | None = None, min_time
       model: the loaded model (default: load ``dataset.specs[0].model``).
       min_time: least seconds of timed calls per pass.
       max_repeats: most repeats.
+      repeats: fewest repeats.  Each repeat runs the three passes back to back (in the order
+        forward, gdd, gdd + forward, then reversed in the next repeat) with the garbage collector
+        off, so a repeat's ratio ``gdd / forward`` compares passes that saw the same load;
+        ``ratio`` is the median of the per-repeat ratios, ``ratio_iqr`` their ``[q25, q75]``.
       progress: progress bar (None: only on a terminal).
 
     Returns:
@@ -332,31 +336,48 @@ def replay(dataset: GDDDataset, *, model: mujoco.MjModel | None = None, min_time
                     err[k] = float(np.max(np.abs(res.qacc - a["qacc"][k])))
         return total
 
+    import gc
+
     passes = {"forward": lambda first: pass_forward(),
               "gdd": lambda first: pass_gdd(False, first),
               "gdd_forward": lambda first: pass_gdd(True, first)}
+    least = max(1, int(repeats))
     best = {}
-    repeats = 0
-    with progress_bar(total=3, desc=f"replay {dataset.model}", unit="pass", enable=progress) as bar:
+    pair_ratio, pair_forward_ratio = [], []
+    done = 0
+    with progress_bar(total=3 * least, desc=f"replay {dataset.model}", unit="pass", enable=progress) as bar:
         while True:
-            for key, fn in passes.items():
-                t = fn(repeats == 0)
+            means = {}
+            order = list(passes) if done % 2 == 0 else list(reversed(passes))
+            for key in order:
+                enabled = gc.isenabled()
+                gc.disable()
+                try:
+                    t = passes[key](done == 0)
+                finally:
+                    if enabled:
+                        gc.enable()
+                means[key] = float(t.mean())
                 if key not in best or t.mean() < best[key].mean():
                     best[key] = t
-                if repeats == 0:
+                if done < least:
                     bar.update(1)
-            repeats += 1
+            pair_ratio.append(means["gdd"] / means["forward"])
+            pair_forward_ratio.append(means["gdd_forward"] / means["forward"])
+            done += 1
             shortest = min(t.sum() for t in best.values())
-            if shortest >= min_time or repeats >= max_repeats:
+            if done >= least and (shortest >= min_time or done >= max(max_repeats, least)):
                 break
     from .solver import GDDStatus
 
-    out = {"records": n, "sessions": len(dataset.specs), "repeats": repeats}
+    out = {"records": n, "sessions": len(dataset.specs), "repeats": done}
     for key, t in best.items():
         out[f"{key}_us"] = 1e6 * float(t.mean())
         out[f"{key}_median_us"] = 1e6 * float(np.median(t))
-    out["ratio"] = out["gdd_us"] / out["forward_us"]
-    out["forward_ratio"] = out["gdd_forward_us"] / out["forward_us"]
+    out["ratio"] = float(np.median(pair_ratio))
+    out["ratio_iqr"] = [float(q) for q in np.percentile(pair_ratio, [25, 75])]
+    out["forward_ratio"] = float(np.median(pair_forward_ratio))
+    out["forward_ratio_iqr"] = [float(q) for q in np.percentile(pair_forward_ratio, [25, 75])]
     for key, name in (("nefc", "constraints"), ("iterations", "iterations"),
                       ("dual_updates", "dual_updates"), ("physics_violation", "physics_violation"),
                       ("residual_gradient", "residual_gradient")):
