@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bench tasks: a fixed sync-mode lag for every pair (default: each task's own)")
     b.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="interleaved pairs of timed blocks behind each ratio (bench contact/gdd/noise; "
-                        "default 7, at least 5)")
+                        "default 11, at least 5)")
     b.add_argument("--records", type=int, default=None, metavar="N",
                    help="states per model in the recorded dataset (bench gdd; default 20000)")
     b.set_defaults(func=cmd_bench)

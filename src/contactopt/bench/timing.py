@@ -27,8 +27,8 @@ from ..errors import ParameterError
 __all__ = ["DEFAULT_REPEATS", "Paired", "calls_per_block", "check_repeats", "load_average", "paired_blocks",
            "paired_ratio", "timed_calls"]
 
-#: Pairs timed by default (the issue's floor is 5; 7 gives a usable interquartile range).
-DEFAULT_REPEATS = 7
+#: Pairs timed by default (at least 5 give an interquartile range; 11 keep the median steady under load).
+DEFAULT_REPEATS = 11
 
 
 def check_repeats(repeats) -> int:
