@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
 
     # --- gui subcommand (contactopt.gui): begin ---
+    from .gui.cli import add_gui_parser  # the command imports viser only when it runs
+
+    add_gui_parser(sub)
     # --- gui subcommand (contactopt.gui): end ---
 
     # --- serve subcommand and run --remote (contactopt.remote): begin ---
