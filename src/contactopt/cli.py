@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     # --- gui subcommand (contactopt.gui): end ---
 
     # --- serve subcommand and run --remote (contactopt.remote): begin ---
+    from .remote.cli import add_arguments as _add_remote_arguments
+
+    _add_remote_arguments(sub)  # `serve`, and run --remote/--token-file/--tls-ca (no grpc import here)
     # --- serve subcommand and run --remote (contactopt.remote): end ---
 
     # --- sweep subcommand (contactopt.sweep): begin ---
