@@ -121,7 +121,9 @@ def test_bench_gdd_on_the_hand_with_tiny_settings():
         assert key in row
     assert row["name"] == "hand" and row["records"] == 150
     assert 0 < row["forward_us"] < 1e5 and 0 < row["gdd_us"] < 1e5
-    assert row["gdd_forward_us"] > 0 and row["ratio"] == pytest.approx(row["gdd_us"] / row["forward_us"])
+    # the ratio is the median over repeats of passes timed back to back, with its spread
+    assert row["gdd_forward_us"] > 0 and row["repeats"] >= 7 and row["ratio"] == row["ratio_median"]
+    assert row["ratio_iqr"][0] <= row["ratio"] <= row["ratio_iqr"][1]
     assert 1 <= row["iterations_median"] <= 10 and row["constraints_median"] >= 1
     assert row["physics_violation_p95"] <= 1e-6 and row["residual_gradient_p95"] <= 1e-6
     text = bench.table(result)
