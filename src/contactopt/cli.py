@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     # --- serve subcommand and run --remote (contactopt.remote): end ---
 
     # --- sweep subcommand (contactopt.sweep): begin ---
+    from .sweep.cli import add_sweep_parser  # the command imports Ray only with --ray
+
+    add_sweep_parser(sub)  # `sweep`, and bench --workers (bench tasks on the sweep engines)
     # --- sweep subcommand (contactopt.sweep): end ---
     return p
 

@@ -12,6 +12,9 @@ makes.  A row reports:
   the task or raised, with its message);
 * ``mode``: ``sync measured lag``, ``sync fixed lag`` or ``async`` (the runs' mode).
 
+Each run (pair × seed) is one unit of the sweep engine (:mod:`contactopt.sweep.engines`):
+serially in this process by default, on ``--workers N`` single-threaded processes otherwise.
+
 ``--load`` keeps one core busy with a spinning process for the whole run (the condition of a
 researcher's machine doing something else); the JSON says which load each rate was measured
 under.  Task files (``--tasks path/to/task.py``) run with the generic planners (``ilqg``, ``idto``,
@@ -24,15 +27,27 @@ import contextlib
 import multiprocessing
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import ContactoptError, ParameterError
 from ..progress import progress_bar
+from ..sweep.units import failure_kind, run_mode, update_ms
 from . import Benchmark, format_table, register_benchmark
 
-__all__ = ["run", "table", "parse_seed_range", "busy_core", "pairs"]
+__all__ = [
+    "BenchUnit",
+    "busy_core",
+    "pairs",
+    "parse_seed_range",
+    "run",
+    "run_bench_unit",
+    "run_pair",
+    "table",
+    "using_workers",
+]
 
 #: Planners a task file is checked with when ``--planner`` is not given.
 FILE_PLANNERS = ("ilqg", "idto", "gdd")
@@ -53,7 +68,7 @@ def parse_seed_range(text) -> range:
                 a, b = text.split(":")
                 seeds = range(int(a), int(b))
             else:
-                seeds = range(0, int(text))
+                seeds = range(int(text))
         except ValueError:
             raise ParameterError(f"--seeds {text!r}: expected N or A:B (e.g. 0:32)") from None
     if seeds.start < 0 or len(seeds) == 0 or seeds.step != 1:
@@ -143,69 +158,136 @@ def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int =
     return lambda s: run_task(task, planner, seed=s, lag=lag, stop_on_success=True).report
 
 
-def _update_ms(report: dict) -> float | None:
-    for key in ("iteration_ms_median", "solve_ms_median", "update_ms_median"):
-        if report.get(key) is not None:
-            return float(report[key])
-    return None
-
-
-def _mode(report: dict) -> str:
-    """``sync measured lag``, ``sync fixed lag`` or ``async`` (the report's mode and lag)."""
-    if report.get("mode") != "sync":
-        return str(report.get("mode"))
-    return "sync measured lag" if report.get("lag") in (None, "measured") else "sync fixed lag"
+# the failure kinds and report fields of a run are defined once, with the sweep's units
+_update_ms = update_ms
+_mode = run_mode
 
 
 def _failure_kind(report: dict) -> str:
-    return "fell" if report.get("time_of_failure") is not None else "timeout"
+    return failure_kind(report) or "timeout"
 
 
-def run_pair(name: str, planner: str, seeds: range, *, bar=None, deterministic: bool = False,
-             lag: float | None = None) -> dict:
-    """One row of the benchmark: ``name`` × ``planner`` over ``seeds`` (see the module docstring)."""
-    failures: dict[str, int] = {}
-    tts, update_ms, modes = [], [], set()
-    successes = 0
+@dataclass(frozen=True)
+class BenchUnit:
+    """One run of ``bench tasks``: pair ``pair`` (``task`` × ``planner``) at ``seed``; ``deterministic``,
+    ``lag`` and ``calibration_seed`` as :func:`_runner` takes them."""
+
+    task: str
+    planner: str
+    seed: int
+    deterministic: bool = False
+    lag: float | None = None
+    calibration_seed: int = 0
+    pair: int = 0
+
+
+#: Per-process runners of the pairs seen so far: ``key → (runner, None)`` or ``(None, "error: …")``
+#: (a pair's runner is built — and its lag calibrated — once per process, as in a serial run).
+_RUNNERS: dict = {}
+
+
+def run_bench_unit(unit: BenchUnit) -> dict:
+    """Run one :class:`BenchUnit` (in a worker or here): ``{"kind": None | "fell" | "timeout" |
+    "error: …", "time_to_success": s | None, "update_ms": ms | None, "mode": str | None,
+    "wall_s": wall seconds, including building the pair's runner the first time}``."""
     t0 = time.perf_counter()
-    try:
-        runner = _runner(name, planner, deterministic=deterministic, seed=seeds.start, lag=lag)
-    except ContactoptError as exc:
-        runner = None
-        error = f"error: {exc}"
-    for seed in seeds:
-        if runner is None:
-            failures[error] = failures.get(error, 0) + 1
+    key = (unit.task, unit.planner, unit.deterministic, unit.calibration_seed, unit.lag)
+    if key not in _RUNNERS:
+        try:
+            _RUNNERS[key] = (_runner(unit.task, unit.planner, deterministic=unit.deterministic,
+                                     seed=unit.calibration_seed, lag=unit.lag), None)
+        except ContactoptError as exc:
+            _RUNNERS[key] = (None, f"error: {exc}")
+    runner, error = _RUNNERS[key]
+    out = {"kind": error, "time_to_success": None, "update_ms": None, "mode": None}
+    if runner is not None:
+        try:
+            report = runner(unit.seed)
+        except ContactoptError as exc:
+            out["kind"] = f"error: {exc}"
         else:
-            try:
-                report = runner(seed)
-            except ContactoptError as exc:
-                kind = f"error: {exc}"
-            else:
-                if report.get("success"):
-                    successes += 1
-                    if report.get("time_to_success") is not None:
-                        tts.append(float(report["time_to_success"]))
-                    kind = None
-                else:
-                    kind = _failure_kind(report)
-                ms = _update_ms(report)
-                if ms is not None:
-                    update_ms.append(ms)
-                if report.get("mode"):
-                    modes.add(_mode(report))
-            if kind is not None:
-                failures[kind] = failures.get(kind, 0) + 1
-        if bar is not None:
-            bar.update(1)
+            out["kind"] = failure_kind(report)
+            if report.get("success") and report.get("time_to_success") is not None:
+                out["time_to_success"] = float(report["time_to_success"])
+            out["update_ms"] = update_ms(report)
+            if report.get("mode"):
+                out["mode"] = run_mode(report)
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def _pair_row(name: str, planner: str, seeds: range, outcomes: list[dict]) -> dict:
+    """The row of one pair from its units' outcomes (:func:`run_bench_unit`, seed order)."""
+    failures: dict[str, int] = {}
+    tts, ms, modes = [], [], set()
+    successes = 0
+    for o in outcomes:
+        if o["kind"] is None:
+            successes += 1
+            if o["time_to_success"] is not None:
+                tts.append(o["time_to_success"])
+        else:
+            failures[o["kind"]] = failures.get(o["kind"], 0) + 1
+        if o["update_ms"] is not None:
+            ms.append(o["update_ms"])
+        if o["mode"]:
+            modes.add(o["mode"])
     return {
         "task": name, "planner": planner, "seeds": f"{seeds.start}:{seeds.stop}",
         "successes": successes, "success_rate": successes / len(seeds),
         "time_to_success_median": float(np.median(tts)) if tts else None,
-        "update_ms_median": float(np.median(update_ms)) if update_ms else None,
+        "update_ms_median": float(np.median(ms)) if ms else None,
         "failures": failures, "mode": "/".join(sorted(modes)) or None,
-        "wall_s": round(time.perf_counter() - t0, 1),
+        "wall_s": round(sum(o["wall_s"] for o in outcomes), 1),
     }
+
+
+_WORKERS = 1
+
+
+@contextlib.contextmanager
+def using_workers(workers: int):
+    """Make ``workers`` the default of :func:`run` while the block runs (``bench --workers``)."""
+    global _WORKERS
+    saved, _WORKERS = _WORKERS, int(workers)
+    try:
+        yield
+    finally:
+        _WORKERS = saved
+
+
+def _run_units(todo, seeds: range, *, workers: int, bar=None, deterministic: bool = False,
+               lag: float | None = None) -> list[dict]:
+    """Rows of the pairs ``todo`` over ``seeds``, their units run on the sweep engine (``workers``
+    1: here, serially, in order; more: a local process pool)."""
+    from ..sweep.engines import Lost, make_engine
+
+    units = [BenchUnit(name, p, seed, deterministic, lag, seeds.start, i)
+             for i, (name, p) in enumerate(todo) for seed in seeds]
+    if workers > 1 and deterministic:  # calibrate each pair once, here, before the workers read the cache
+        for name, p in todo:
+            with contextlib.suppress(ContactoptError):
+                _runner(name, p, deterministic=True, seed=seeds.start, lag=lag)
+    outcomes: dict[int, list] = {i: [] for i in range(len(todo))}
+    try:
+        with make_engine(workers, inline=workers == 1) as engine:
+            for unit, value, _ in engine.imap_unordered(run_bench_unit, units):
+                if isinstance(value, Lost):
+                    value = {"kind": f"error: worker lost: {value.message}", "time_to_success": None,
+                             "update_ms": None, "mode": None, "wall_s": 0.0}
+                outcomes[unit.pair].append((unit.seed, value))
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        _RUNNERS.clear()
+    return [_pair_row(name, p, seeds, [o for _, o in sorted(outcomes[i], key=lambda t: t[0])])
+            for i, (name, p) in enumerate(todo)]
+
+
+def run_pair(name: str, planner: str, seeds: range, *, bar=None, deterministic: bool = False,
+             lag: float | None = None) -> dict:
+    """One row of the benchmark: ``name`` × ``planner`` over ``seeds``, run here (see the module docstring)."""
+    return _run_units([(name, planner)], seeds, workers=1, bar=bar, deterministic=deterministic, lag=lag)[0]
 
 
 def _loadavg() -> float | None:
@@ -218,7 +300,7 @@ def _loadavg() -> float | None:
 
 def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, seeds="0:8", tasks=None,
         planner: str | None = None, load: bool = False, deterministic: bool = False, lag: float | None = None,
-        plots=None) -> dict:
+        plots=None, workers: int | None = None) -> dict:
     """Run every selected task × planner pair over ``seeds``.
 
     Args:
@@ -232,6 +314,9 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
         this machine (:mod:`contactopt.mpc.calibration`); their ``mode`` reads ``sync fixed lag``.
       lag: a fixed sync-mode lag (s) for every pair (excludes ``deterministic``).
       plots: optional existing directory for ``tasks.png`` (success rate per pair).
+      workers: run the units (pair × seed) on this many worker processes of the sweep engine
+        (:mod:`contactopt.sweep.engines`); 1 (default, or :func:`using_workers`' value) runs them
+        here, serially, as before.  A row's ``wall_s`` is the sum of its units' wall seconds.
 
     Returns:
       ``{"rows": [{"task", "planner", "seeds", "successes", "success_rate",
@@ -246,12 +331,13 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     if lag is not None and (deterministic or not (np.isfinite(lag) and lag >= 0)):
         raise ParameterError(f"--lag must be seconds >= 0 and excludes --deterministic, got {lag!r}")
     todo = pairs(tasks, planner)
-    rows = []
+    workers = _WORKERS if workers is None else workers
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ParameterError(f"--workers must be an integer >= 1, got {workers!r}")
     load_before = _loadavg()
     with busy_core(load), progress_bar(total=len(todo) * len(seeds), desc="bench tasks", unit="run",
                                        enable=progress) as bar:
-        for name, p in todo:
-            rows.append(run_pair(name, p, seeds, bar=bar, deterministic=deterministic, lag=lag))
+        rows = _run_units(todo, seeds, workers=workers, bar=bar, deterministic=deterministic, lag=lag)
     result = {"rows": rows, "load": "one core busy" if load else "none", "cpu_count": os.cpu_count(),
               "loadavg_1min": {"start": load_before, "end": _loadavg()}}
     if plots is not None:

@@ -147,7 +147,8 @@ class MujocoDynamics:
     Args:
       model: the planner's ``MjModel`` (its ``opt.timestep`` is the step ``h``).  It is
         used read-only and must not be modified while this object is in use.
-      nthread: threads for derivatives (default ``os.cpu_count()``); 1 = serial.
+      nthread: threads for derivatives (default ``$CONTACTOPT_NUM_THREADS``, else ``os.cpu_count()``);
+        1 = serial.
       eps: finite-difference step of ``mjd_transitionFD`` (> 0).
       centered: central (True) or forward (False, half the cost) differences.
       derivative_stride: differentiate every k-th step (and the last) and
@@ -179,8 +180,11 @@ class MujocoDynamics:
         self.nx = model.nq + model.nv + model.na
         self.ndx = 2 * model.nv + model.na
         self.timestep = float(model.opt.timestep)
-        if nthread is None:
-            nthread = os.cpu_count() or 1
+        if nthread is None:  # CONTACTOPT_NUM_THREADS: the sweep's single-threaded workers
+            text = os.environ.get("CONTACTOPT_NUM_THREADS", "").strip()
+            if text and not text.isdigit():
+                raise ParameterError(f"CONTACTOPT_NUM_THREADS must be a positive integer, got {text!r}")
+            nthread = int(text or 0) or os.cpu_count() or 1
         if int(nthread) != nthread or nthread < 1:
             raise ParameterError(f"nthread must be a positive integer, got {nthread!r}")
         self.nthread = int(nthread)

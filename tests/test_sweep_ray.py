@@ -1,0 +1,67 @@
+"""``contactopt sweep`` on a real two-node Ray cluster (``ray.cluster_utils.Cluster``, one CPU per node)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from contactopt.sweep import RayEngine, SweepOutput, plan_sweep, run_sweep
+from contactopt.sweep.engines import THREAD_ENV
+from contactopt.sweep.units import CRASH_ONCE_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+PENDULUM = str(ROOT / "examples" / "pendulum" / "pendulum_task.py")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """Two nodes of one CPU; this process is the driver.  The fault hook's folder is in the nodes'
+    environment (set before they start); a test arms it."""
+    from ray.cluster_utils import Cluster
+
+    crash = tmp_path_factory.mktemp("crash")
+    saved = os.environ.get(CRASH_ONCE_ENV)
+    os.environ[CRASH_ONCE_ENV] = str(crash)
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        c.add_node(num_cpus=1)
+        c.wait_for_nodes()
+        ray.init(address=c.address, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": dict(THREAD_ENV)})
+        yield c, crash
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        if saved is None:
+            os.environ.pop(CRASH_ONCE_ENV, None)
+        else:
+            os.environ[CRASH_ONCE_ENV] = saved
+
+
+def _run(tmp_path, name, seeds):
+    plan = plan_sweep(PENDULUM, seeds=seeds, seconds=0.3, lag=0.02)
+    out = SweepOutput(tmp_path / name)
+    with RayEngine() as engine:  # joins the running cluster and leaves it running
+        assert engine.workers == 2
+        result = run_sweep(plan, out, engine)
+    return plan, result, [json.loads(x) for x in (tmp_path / name).read_text().splitlines()]
+
+
+def test_units_run_on_both_nodes(cluster, tmp_path):
+    plan, result, lines = _run(tmp_path, "two.jsonl", range(4))
+    assert [r["id"] for r in lines] == [u.id for u in plan.units]
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert len(nodes) == 2 and {r["node"] for r in lines} == nodes
+    assert all(r["failure"] in (None, "timeout") for r in lines) and result["engine"] == "ray"
+
+
+def test_a_killed_worker_is_retried_and_each_unit_appears_once(cluster, tmp_path):
+    _, crash = cluster
+    (crash / "arm").touch()
+    _, result, lines = _run(tmp_path, "kill.jsonl", range(10, 14))
+    assert (crash / "crashed").exists()  # a worker did die mid-sweep
+    assert sorted(r["seed"] for r in lines) == [10, 11, 12, 13] and result["ran"] == 4
+    assert all(r["failure"] in (None, "timeout") for r in lines)
