@@ -304,7 +304,7 @@ def test_soak_memory_is_flat(server, task):
 
         updates(500)  # warm up
         before = _rss_kb()
-        updates(2000)
+        updates(10_000)  # the soak: 10,000 policy updates, RSS growth under 5%
         after = _rss_kb()
         stub.CloseSession(pb().SessionRequest(session_id=sid), metadata=MD, timeout=5)
     assert after < 1.05 * before, (before, after)
