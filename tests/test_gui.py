@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 
 from contactopt.cli import main
+from contactopt.errors import ParameterError
 from contactopt.gui.cli import is_loopback
 from contactopt.mpc.live import PLANT_KEYS, LiveRun
 from contactopt.task import load_task_file
@@ -86,5 +87,65 @@ def test_record_clip_writes_an_mp4(tmp_path):
         assert any("clip written" in m for m in app._messages), app._messages
         clips = list(tmp_path.glob("*.mp4"))
         assert len(clips) == 1 and clips[0].stat().st_size > 1000
+    finally:
+        app.close()
+
+
+def test_drag_handle_pushes_the_selected_body_and_goals_move():
+    """The code path of the scene's drag handles, without a browser: select a body (a click),
+    release the push handle after a drag (an impulse along it, the handle snaps back), drop a
+    goal marker (the planner's target moves)."""
+    import time
+
+    import numpy as np
+
+    from contactopt.gui.app import GuiApp
+    from contactopt.mpc.live import DRAG_TIME_SCALE
+    from contactopt.tasks import load_task
+
+    app = GuiApp(LiveRun(load_task("acrobot").task(), "ilqg"), port=0).start()
+    try:
+        run = app.run
+        end = time.monotonic() + 30
+        while time.monotonic() < end and run.state()[0] < 0.1:
+            time.sleep(0.05)
+        run.pause()
+        time.sleep(0.2)
+        app.select_body("upper_arm")
+        assert app._push_body.value == "upper_arm"
+        com = run.snapshot()["xipos"][1]
+        np.testing.assert_allclose(app._push_handle.position, com, atol=1e-6)
+        with pytest.raises(ParameterError, match="no body 'nope'"):
+            app.select_body("nope")
+
+        # the drag handler: start, a pose while held, release 0.2 m along +x
+        import asyncio
+
+        def event(phase, pos):
+            app._push_handle.position = tuple(pos)
+            return type("E", (), {"phase": phase, "target": app._push_handle, "client": None})()
+
+        v0 = run.state()[1][run.model.nq:].copy()
+        asyncio.run(app._on_push_drag(event("start", com)))
+        assert app._dragging
+        asyncio.run(app._on_push_drag(event("end", com + np.array([0.2, 0.0, 0.0]))))
+        assert not app._dragging
+        mass = float(run.model.body_subtreemass[1])
+        assert "push upper_arm impulse=" in run.changes[-1].what
+        assert f"{mass * 0.2 / DRAG_TIME_SCALE:.4g}".rstrip("0") in run.changes[-1].what
+        assert np.abs(run.state()[1][run.model.nq:] - v0).max() > 1e-3
+        np.testing.assert_allclose(app._push_handle.position, run.snapshot()["xipos"][1], atol=1e-6)  # snapped back
+        assert app.drag_push("upper_arm", (np.nan, 0, 0)) is None and "displacement" in app._messages[-1]
+
+        # goals: generated from the cost (the acrobot's tip SitePosition), dropped → planner target
+        key = "target.site[tip]"
+        assert list(app._goal_handles) == [key]
+        asyncio.run(app._on_goal_drag(key, type("E", (), {"phase": "end", "client": None, "target": type(
+            "T", (), {"position": (0.4, 0.0, 3.8)})()})()))
+        np.testing.assert_allclose(run.goals()[key]["target"], [0.4, 0.0, 3.8])
+        np.testing.assert_allclose(app._goal_handles[key].position, [0.4, 0.0, 3.8])
+        assert app._goal_fields[key].value == "0.4, 0, 3.8"
+        assert app.move_goal(key, "x y z") is None and key in app._messages[-1]
+        assert app.state()["goals"][key] == [0.4, 0.0, 3.8]
     finally:
         app.close()

@@ -2,9 +2,9 @@
 
 ``contactopt gui acrobot`` runs in a subprocess; the page changes a cost weight (the planner's
 weight changes and the cost plot follows), refuses a malformed value with a message, pushes a
-body (the state jumps), survives a reconnect, shows the same run to two browsers, and renders a
-non-blank screenshot.  A second test measures the scene update rate for the humanoid with a
-browser connected and saves the README screenshot.  Without ``/usr/bin/chromium`` both tests
+body (the state jumps), moves the goal generated from the cost, survives a reconnect, shows the
+same run to two browsers, and renders a non-blank screenshot.  A second test measures the scene
+update rate for the humanoid with a browser connected and saves the README screenshot.  Without ``/usr/bin/chromium`` both tests
 are skipped with the reason.
 """
 
@@ -168,6 +168,20 @@ def test_browser_drives_the_run(tmp_path):
             page.get_by_role("button", name="Push", exact=True).click()
             s4 = server.wait(lambda s: np.abs(np.array(s["qvel"]) - q0).max() > 1e-2, what="the push")
             assert s4["time"] == t_paused and s4["status"]["paused"]
+
+            # a goal generated from the cost (the tip's SitePosition): typed into its field, it
+            # reaches the planner (logged) and its marker; a malformed one is refused
+            gkey = "target.site[tip]"
+            gf = _field(page, gkey)
+            gf.fill("0.3, 0, 3.9")
+            gf.press("Enter")
+            server.wait(lambda s: s["goals"][gkey] == [0.3, 0.0, 3.9]
+                        and any(c["what"].startswith(f"goal {gkey}") for c in s["changes"]), what="the goal")
+            gf = _field(page, gkey)
+            gf.fill("0.3, nope")
+            gf.press("Enter")
+            page.get_by_text(re.compile(r"⚠.*expected 3 numbers")).first.wait_for(timeout=10000)
+            assert server.state()["goals"][gkey] == [0.3, 0.0, 3.9]
 
             # a second browser sees the same run; a reconnecting one sees the current state
             other = browser.new_page(viewport={"width": 1000, "height": 700})

@@ -142,3 +142,95 @@ def test_format_toml_round_trips():
     back = tomllib.loads(format_toml(values))
     assert back == {"weight.site[tip]": 1.5, "iterations": 2, "lag_compensation": "auto", "flag": True,
                     "line_search_steps": [1.0, 0.5]}
+
+
+def test_drag_push_impulse_is_gain_mass_displacement_over_time_scale(run):
+    from contactopt.mpc.live import DRAG_GAIN, DRAG_MAX_SPEED, DRAG_TIME_SCALE, drag_impulse
+
+    run.pause()
+    time.sleep(0.1)
+    body = run.body_names()[-1]
+    bid = run.body_names().index(body) + 1
+    mass = float(run.model.body_subtreemass[bid])
+    v0 = run.state()[1][run.model.nq:].copy()
+    out = run.drag_push(body, (0.1, 0.0, 0.0))
+    np.testing.assert_allclose(out["impulse"], [DRAG_GAIN * mass * 0.1 / DRAG_TIME_SCALE, 0, 0])
+    assert not out["clamped"]
+    np.testing.assert_allclose(run.state()[1][run.model.nq:] - v0, out["dv"], atol=1e-12)
+    assert np.abs(out["dv"]).max() > 1e-3
+    # a huge drag is clamped to mass × the safe speed, in the drag's direction
+    big = run.drag_push(body, (0.0, 0.0, -1e6))
+    assert big["clamped"] and np.linalg.norm(big["impulse"]) == pytest.approx(mass * DRAG_MAX_SPEED)
+    assert big["impulse"][2] < 0
+    assert "clamped" in run.changes[-1].what
+    p, c = drag_impulse(2.0, (0.0, 0.3, 0.0), gain=2.0, time_scale=0.6)
+    np.testing.assert_allclose(p, [0.0, 2.0, 0.0])
+    assert not c
+    with pytest.raises(ParameterError, match="displacement"):
+        run.drag_push(body, (np.inf, 0, 0))
+    with pytest.raises(ParameterError, match="no body 'nope'"):
+        run.drag_push("nope", (1, 0, 0))
+    with pytest.raises(ParameterError, match="time_scale"):
+        drag_impulse(1.0, (1, 0, 0), time_scale=0.0)
+
+
+def test_a_task_without_point_goals_has_none(run):
+    assert run.goals() == {}
+    with pytest.raises(ParameterError, match="unknown goal 'target.nope'"):
+        run.set_goal("target.nope", (0, 0, 1))
+
+
+@pytest.fixture(scope="module")
+def acrobot():
+    from contactopt.tasks import load_task
+
+    return load_task("acrobot").task()
+
+
+def test_goal_moves_the_planners_target_at_the_next_update(acrobot):
+    r = LiveRun(acrobot, "ilqg", seed=0)
+    try:
+        goals = r.goals()
+        key = "target.site[tip]"  # generated from the cost's SitePosition term, not written per task
+        assert list(goals) == [key]
+        assert goals[key]["residual"] == "SitePosition" and goals[key]["axes"].tolist() == [True, False, True]
+        default = goals[key]["default"].copy()
+        r.start()
+        assert _wait(lambda: r.session.planner is not None and r.state()[0] > 0.05), r.error
+        rebuilds = r.session.status()["rebuilds"]
+        out = r.set_goal(key, (0.5, 0.0, 3.0))
+        np.testing.assert_allclose(out, [0.5, 0.0, 3.0])
+        assert _wait(lambda: r.session.status()["rebuilds"] > rebuilds), r.error
+        cost = r.session.planner.solver.cost  # the iLQG planner's trajectory cost
+        for stage in (cost.running.terms, cost.terminal.terms):
+            tip = next(t for t in stage if t.name == "site[tip]")
+            np.testing.assert_allclose(tip.residual.target, [0.5, 0.0, 3.0])
+        # the task as given is untouched; the plotted cost uses the new target
+        model = r.base_task.load_plant()
+        np.testing.assert_allclose(
+            next(t for t in r.base_task.cost_terms(model) if t.name == "site[tip]").residual.target, default)
+        np.testing.assert_allclose(r.goals()[key]["target"], [0.5, 0.0, 3.0])
+        assert r.changes[-1].what.startswith(f"goal {key}")
+        # through set(): strings parsed, clamped, all or nothing, bad values refused
+        out = r.set({key: "1e9, 0, 2"})
+        assert out[key] == (100.0, 0.0, 2.0) and out["_clamped"] == [key]
+        before = r.goals()[key]["target"].copy()
+        with pytest.raises(ParameterError, match=r"target\.site\[tip\]: expected 3"):
+            r.set({key: "1, 2", "weight.qvel": 3.0})
+        with pytest.raises(ParameterError, match="expected 3 finite"):
+            r.set_goal(key, (np.nan, 0, 0))
+        np.testing.assert_allclose(r.goals()[key]["target"], before)
+        assert r.values()["weight.qvel"] != 3.0
+    finally:
+        r.close()
+
+
+def test_goal_in_initial_settings(acrobot):
+    r = LiveRun(acrobot, "ilqg", settings={"target.site[tip]": (0.0, 0.0, 3.5)})
+    try:
+        np.testing.assert_allclose(r.goals()["target.site[tip]"]["target"], [0.0, 0.0, 3.5])
+        m = r.task.load_plant()
+        np.testing.assert_allclose(next(t for t in r.task.cost_terms(m) if t.name == "site[tip]").residual.target,
+                                   [0.0, 0.0, 3.5])
+    finally:
+        r.close()

@@ -18,7 +18,7 @@ import mujoco
 import numpy as np
 
 from ..errors import ContactoptError, ParameterError
-from ..mpc.live import PLANT_KEYS, LiveRun
+from ..mpc.live import DRAG_GAIN, DRAG_MAX_SPEED, DRAG_TIME_SCALE, PLANT_KEYS, LiveRun
 from .auth import guarded_serve
 from .scene import BodyScene
 
@@ -92,6 +92,11 @@ class GuiApp:
         self._last_plot: dict = {}
         self._plot_revision = 0
         self._trace_policy = None
+        self._dragging = False      # the push handle is held: the scene loop leaves it alone
+        self._drag_start = None
+        self._goal_handles: dict = {}  # goal key → transform controls
+        self._goal_fields: dict = {}   # goal key → text field "x, y, z"
+        self._goal_dragging: set = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,7 +153,8 @@ class GuiApp:
     def state(self) -> dict:
         """What ``GET /contactopt/state.json`` answers: ``values`` (every key), ``status``, the
         ``scene_rate_hz``, ``scene_updates``, ``clients``, ``qvel``, the last plotted values
-        (``plot``, ``plot_revision``), the recent ``changes`` and ``messages``."""
+        (``plot``, ``plot_revision``), the ``goals`` (key → target), the selected
+        ``push_body``, the recent ``changes`` and ``messages``."""
         run = self.run
         tel = run.telemetry()
         snap = run.snapshot()
@@ -167,6 +173,8 @@ class GuiApp:
             "plot": dict(self._last_plot), "plot_revision": self._plot_revision,
             "planner_weights": {k: v for k, v in getattr(run.session.planner, "options", {}).items()
                                 if "weight." in k},
+            "goals": {k: g["target"].tolist() for k, g in run.goals().items()},
+            "push_body": self._push_body.value if self.server is not None else None,
             "changes": [{"wall": c.wall, "sim_time": c.sim_time, "what": c.what} for c in run.changes[-20:]],
             "messages": list(self._messages[-10:]),
         }
@@ -208,6 +216,7 @@ class GuiApp:
         server.initial_camera.look_at = tuple(look)
         server.initial_camera.position = tuple(look + np.array([0.3, -1.0, 0.3]) * dist)
         self._force_scale = 0.5 / max(float(np.sum(model.body_mass)) * 9.81, 1e-6)
+        self._handle_scale = float(np.clip(0.35 * radius, 0.15, 1.5))
 
         self._msg_md = gui.add_markdown("")
         self._status_md = gui.add_markdown("starting…")
@@ -259,9 +268,26 @@ class GuiApp:
         names = run.body_names()
         with gui.add_folder("Push"):
             body = gui.add_dropdown("push body", names, initial_value=names[root - 1])
+            self._push_body = body
             direction = gui.add_vector3("direction", (1.0, 0.0, 0.0), step=0.1)
             impulse = gui.add_text("impulse [N s]", _fmt(round(float(model.body_subtreemass[root]) * 1.0, 3)))
             b_push = gui.add_button("Push")
+            self._show_handle = gui.add_checkbox("drag handle", True)
+            gui.add_markdown(f"Click a body (or choose it above) and drag the arrows: on release it gets "
+                             f"{DRAG_GAIN:g} × mass × drag / {DRAG_TIME_SCALE:g} s N·s "
+                             f"(at most mass × {DRAG_MAX_SPEED:g} m/s).")
+        self._push_handle = self.server.scene.add_transform_controls(
+            "/push/handle", scale=self._handle_scale, disable_rotations=True, depth_test=False,
+            position=tuple(run.snapshot()["xipos"][root]))
+        self._push_handle.on_update(self._on_push_drag)
+        body.on_update(lambda e: self._place_push_handle(force=True))
+        self._show_handle.on_update(lambda e: setattr(self._push_handle, "visible", self._show_handle.value))
+        for b, meshes in self._plant.meshes.items():
+            if b == 0:
+                continue
+            for h in meshes:
+                h.on_click(lambda e, name=names[b - 1]: self.select_body(name))
+        self._build_goals()
 
         def do_push(event):
             try:
@@ -335,6 +361,112 @@ class GuiApp:
 
         b_rec.on_click(do_record)
         b_export.on_click(do_export)
+
+    # ------------------------------------------------------------------ drag to push, goals
+
+    def select_body(self, name: str) -> None:
+        """Make ``name`` the push body (what clicking a body does); the drag handle moves to it.
+
+        Raises:
+          ParameterError: the plant has no body ``name``.
+        """
+        names = self.run.body_names()
+        if name not in names:
+            raise ParameterError(f"select body: the plant has no body {name!r} (bodies: {', '.join(names)})")
+        self._push_body.value = name
+        self._place_push_handle(force=True)
+
+    def _push_bid(self) -> int:
+        return self.run.body_names().index(self._push_body.value) + 1
+
+    def _place_push_handle(self, snap=None, force: bool = False) -> None:
+        """Put the drag handle at the push body's centre of mass (unless it is held)."""
+        if self._dragging and not force:
+            return
+        if snap is None:
+            snap = self.run.snapshot()
+        pos = snap["xipos"][self._push_bid()]
+        if force or not np.allclose(self._push_handle.position, pos, atol=1e-4):
+            self._push_handle.position = tuple(float(v) for v in pos)
+
+    async def _on_push_drag(self, event) -> None:
+        # async: viser runs it on its event loop, so the phases arrive in order
+        if event.phase == "start":
+            self._dragging = True
+            self._drag_start = np.array(event.target.position, dtype=float)
+            return
+        if event.phase != "end":
+            return
+        start, self._drag_start = self._drag_start, None
+        self._dragging = False
+        if start is not None:
+            self.drag_push(self._push_body.value, np.array(event.target.position, dtype=float) - start,
+                           event.client)
+        self._place_push_handle(force=True)  # the handle snaps back to the body
+
+    def drag_push(self, body: str, displacement, client=None):
+        """What releasing the drag handle does: :meth:`LiveRun.drag_push` of ``body`` by the drag
+        ``displacement`` (3,) [m]; the result or refusal is shown in the page.  Returns
+        :meth:`LiveRun.drag_push`'s dict, or None when refused."""
+        try:
+            out = self.run.drag_push(body, displacement)
+        except ContactoptError as exc:
+            self._message(str(exc), client)
+            return None
+        j = out["impulse"]
+        self._message(f"pushed {body} with [{', '.join(f'{v:.3g}' for v in j)}] N s"
+                      + (" (clamped)" if out["clamped"] else ""), client, error=False)
+        return out
+
+    def _build_goals(self) -> None:
+        """One draggable marker and one text field per goal of the task's cost (:meth:`LiveRun.goals`)."""
+        goals = self.run.goals()
+        if not goals:
+            return
+        gui, scene = self.server.gui, self.server.scene
+        with gui.add_folder("Goals"):
+            gui.add_markdown("Drag a green goal, or type x, y, z [m]; the planner uses it from its next update.")
+            for i, (key, g) in enumerate(goals.items()):
+                axes = "".join(a for a, on in zip("xyz", g["axes"]) if on)
+                f = gui.add_text(key, _fmt(tuple(g["target"])), hint=f"target of {g['residual']} {g['term']} "
+                                 f"(axes {axes} are used)")
+                self._goal_fields[key] = f
+                f.on_update(lambda e, key=key: self._goal_typed(key, e))
+                h = scene.add_transform_controls(f"/goals/g{i}", scale=0.6 * self._handle_scale,
+                                                 active_axes=tuple(bool(a) for a in g["axes"]),
+                                                 disable_rotations=True, depth_test=False,
+                                                 position=tuple(g["target"]))
+                scene.add_icosphere(f"/goals/g{i}/marker", radius=0.08 * self._handle_scale / 0.35,
+                                    color=(40, 200, 80), opacity=0.8)
+                h.on_update(lambda e, key=key: self._on_goal_drag(key, e))
+                self._goal_handles[key] = h
+
+    async def _on_goal_drag(self, key: str, event) -> None:
+        if event.phase == "start":
+            self._goal_dragging.add(key)
+        elif event.phase == "end":
+            self._goal_dragging.discard(key)
+            self.move_goal(key, np.array(event.target.position, dtype=float), event.client)
+
+    def _goal_typed(self, key: str, event) -> None:
+        if event.client is None:
+            return
+        self.move_goal(key, self._goal_fields[key].value, event.client)
+
+    def move_goal(self, key: str, target, client=None):
+        """What dropping a goal marker (or typing into its field) does: :meth:`LiveRun.set_goal`;
+        the marker and the field show the target in use.  Returns it, or None when refused."""
+        try:
+            out = self.run.set_goal(key, target)
+            msg = (f"{key} = {_fmt(tuple(out))} (from the next planner update)", False)
+        except ContactoptError as exc:
+            out, msg = None, (str(exc), True)
+        g = self.run.goals().get(key)
+        if g is not None:
+            self._goal_handles[key].position = tuple(float(v) for v in g["target"])
+            self._goal_fields[key].value = _fmt(tuple(g["target"]))
+        self._message(msg[0], client, error=msg[1])
+        return out
 
     def _field(self, key: str, kind: str, value, choices=(), doc: str = ""):
         gui = self.server.gui
@@ -459,6 +591,7 @@ class GuiApp:
                         self._plant.update(snap["xpos"], snap["xquat"])
                         if contacts:
                             self._draw_contacts(snap)
+                        self._place_push_handle(snap)
                     with self._lock:
                         self._scene_times.append(now)
                         self._scene_times = self._scene_times[-400:]

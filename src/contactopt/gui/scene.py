@@ -84,6 +84,8 @@ class BodyScene:
                  color=None, static_world: bool = True):
         self.prefix = prefix
         self.frames: dict[int, object] = {}
+        #: body id → the mesh handles of its geoms (e.g. to make them clickable)
+        self.meshes: dict[int, list] = {}
         self.bodies: list[int] = []
         for g in visible_geoms(model):
             b = int(model.geom_bodyid[g])
@@ -99,10 +101,11 @@ class BodyScene:
             rgba = _rgba(model, g)
             rgb = tuple(int(c) for c in (np.clip(rgba[:3], 0, 1) * 255)) if color is None else tuple(color)
             op = opacity if opacity is not None else (float(rgba[3]) if rgba[3] < 1 else None)
-            scene.add_mesh_simple(f"/{prefix}/b{b}/g{g}", mesh[0], mesh[1], color=rgb, opacity=op,
+            self.meshes.setdefault(b, []).append(scene.add_mesh_simple(
+                                  f"/{prefix}/b{b}/g{g}", mesh[0], mesh[1], color=rgb, opacity=op,
                                   position=tuple(model.geom_pos[g]), wxyz=tuple(model.geom_quat[g]),
                                   flat_shading=False, cast_shadow=opacity is None,
-                                  receive_shadow=opacity is None)
+                                  receive_shadow=opacity is None))
         self.bodies.sort()
         self._index = np.array(self.bodies, dtype=int)
 

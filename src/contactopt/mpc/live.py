@@ -12,7 +12,9 @@
   :meth:`~LiveRun.resume`, :meth:`~LiveRun.step`, :meth:`~LiveRun.reset`, :meth:`~LiveRun.push`,
   :meth:`~LiveRun.set` (planner options, cost weights, the planner model's ``model.*`` keys,
   the plant's own ``plant.*`` dynamics keys and ``slowdown``), :meth:`~LiveRun.set_planner`,
-  :meth:`~LiveRun.telemetry`, :meth:`~LiveRun.snapshot`, :meth:`~LiveRun.export_settings`.
+  :meth:`~LiveRun.telemetry`, :meth:`~LiveRun.snapshot`, :meth:`~LiveRun.export_settings`;
+  :meth:`~LiveRun.drag_push` (a push from a drag in the scene) and :meth:`~LiveRun.goals` /
+  :meth:`~LiveRun.set_goal` (move the target of a point residual of the cost).
 
 The plant has its own dynamics parameters (:data:`PLANT_KEYS`), separate from the planner
 model's ``model.*`` keys: set them apart to study model error, as in the iLQG MPC paper's GUI.
@@ -44,7 +46,41 @@ import numpy as np
 from ..errors import ContactoptError, ParameterError
 from .session import DYNAMICS_KEYS, PlannerSession, apply_dynamics
 
-__all__ = ["PLANT_KEYS", "SAFE_RANGES", "Change", "LiveRun", "format_toml"]
+__all__ = ["DRAG_GAIN", "DRAG_MAX_SPEED", "DRAG_TIME_SCALE", "GOAL_LIMIT", "PLANT_KEYS", "SAFE_RANGES", "Change",
+           "LiveRun", "drag_impulse", "format_toml"]
+
+#: Drag-to-push: impulse [N·s] = DRAG_GAIN × mass [kg] × drag displacement [m] / DRAG_TIME_SCALE [s],
+#: i.e. a free body's centre of mass would take about ``displacement / DRAG_TIME_SCALE`` [m/s] …
+DRAG_GAIN = 1.0
+#: … [s]: a 0.5 m drag gives a free body about 1 m/s.
+DRAG_TIME_SCALE = 0.5
+#: … and the impulse is clamped to ``mass × DRAG_MAX_SPEED`` [m/s] (a safe maximum).
+DRAG_MAX_SPEED = 5.0
+#: Goal targets [m] are clamped to ``[-GOAL_LIMIT, GOAL_LIMIT]`` on every axis.
+GOAL_LIMIT = 100.0
+
+
+def drag_impulse(mass: float, displacement, *, gain: float = DRAG_GAIN, time_scale: float = DRAG_TIME_SCALE,
+                 max_speed: float = DRAG_MAX_SPEED) -> tuple[np.ndarray, bool]:
+    """The impulse of a drag: ``gain × mass × displacement / time_scale`` [N·s], its length
+    clamped to ``mass × max_speed``.  Returns ``(impulse (3,), clamped)``.
+
+    Raises:
+      ParameterError: a displacement that is not 3 finite numbers, a non-positive mass,
+        gain, time scale or maximum speed.
+    """
+    d = np.asarray(displacement, dtype=float).reshape(-1)
+    if d.shape != (3,) or not np.isfinite(d).all():
+        raise ParameterError(f"drag push: displacement must be 3 finite numbers, got {displacement!r}")
+    for name, v in (("mass", mass), ("gain", gain), ("time_scale", time_scale), ("max_speed", max_speed)):
+        if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v > 0):
+            raise ParameterError(f"drag push: {name} must be a positive finite number, got {v!r}")
+    p = float(gain) * float(mass) * d / float(time_scale)
+    cap = float(mass) * float(max_speed)
+    n = float(np.linalg.norm(p))
+    if n > cap:
+        return p * (cap / n), True
+    return p, False
 
 #: The plant's own dynamics parameters: key → (default, meaning); None keeps the model's value.
 PLANT_KEYS: dict[str, tuple] = {
@@ -109,6 +145,13 @@ def _clamp(key: str, value):
     if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("+-").isdigit()):
         c = round(c)
     return c, True
+
+
+def _is_point_residual(residual) -> bool:
+    """Whether ``residual`` is a point's world position minus a ``(3,)`` target (a goal)."""
+    from ..costs import BodyPosition, CenterOfMass, SitePosition
+
+    return isinstance(residual, (SitePosition, BodyPosition, CenterOfMass))
 
 
 @dataclass(frozen=True)
@@ -195,6 +238,14 @@ class LiveRun:
                  slowdown: float = 1.0, history: int = 2000, sample_period: float = 0.02):
         settings = dict(settings or {})
         plant_changes = {k: settings.pop(k) for k in list(settings) if k.startswith("plant.") or k == "slowdown"}
+        goal_changes = {k: settings.pop(k) for k in list(settings) if k.startswith("target.")}
+        #: the task as given; :attr:`task` is the same task whose point-residual targets follow
+        #: :meth:`set_goal` (the planner session is built on it)
+        self.base_task = task
+        self._goal_targets: dict[str, np.ndarray] = {}  # replaced whole, never mutated (read by the planner)
+        task = dataclasses.replace(task, cost=self._goal_cost(task.cost),
+                                   terminal_cost=None if task.terminal_cost is None
+                                   else self._goal_cost(task.terminal_cost))
         self.task = task
         self.session = PlannerSession(task, planner, settings=settings, seed=seed)
         self.nominal = task.load_plant()
@@ -210,13 +261,10 @@ class LiveRun:
         self._apply_plant_and_slowdown({**plant_changes, "slowdown": plant_changes.get("slowdown", slowdown)},
                                        log=False)
         self._cost_model = task.load_plant()
-        terms = task.cost_terms(self._cost_model)
-        from ..costs import StageCost
-        from .registry import cost_weight_keys
-
-        self._term_keys = cost_weight_keys(terms)
-        self._term_costs = [StageCost(self._cost_model, [dataclasses.replace(t, weight=1.0)]) for t in terms]
-        self._term_uses_u = [t.residual.uses_control for t in terms]
+        self._build_term_costs()
+        self._goal_info = self._find_goals()
+        if goal_changes:
+            self._apply_goals(self._check_goals(goal_changes)[0], log=False)
         self.sample_period = float(sample_period)
         self.plant_log = _Ring(history)   # t, cost, cost.<term>, success, rtf
         self.update_log = _Ring(history)  # t, update_ms, lag_ms, planned_cost, ok
@@ -370,6 +418,157 @@ class LiveRun:
             self._wake.notify_all()
             return dv[0].copy()
 
+    def drag_push(self, body: str, displacement, *, gain: float = DRAG_GAIN,
+                  time_scale: float = DRAG_TIME_SCALE, max_speed: float = DRAG_MAX_SPEED) -> dict:
+        """Push ``body`` as a drag of ``displacement`` (3,) [m, world axes] asks: a linear impulse
+        ``gain × m × displacement / time_scale`` [N·s] at its centre of mass, where ``m`` is the
+        mass of the body and the bodies it carries (``body_subtreemass``), its length clamped to
+        ``m × max_speed`` (see :func:`drag_impulse`).  What the GUI's drag handle calls on release.
+
+        Returns:
+          ``{"impulse": (3,), "dv": (nv,), "clamped": bool}``.
+
+        Raises:
+          ParameterError: an unknown body or a bad displacement (nothing is pushed).
+        """
+        with self._wake:
+            bid = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_BODY, str(body))
+            if bid <= 0:
+                raise ParameterError(f"drag push: the plant has no body {body!r} "
+                                     f"(bodies: {', '.join(self.body_names())})")
+            mass = float(self.model.body_subtreemass[bid])
+            impulse, clamped = drag_impulse(mass, displacement, gain=gain, time_scale=time_scale,
+                                            max_speed=max_speed)
+            dv = self.push(body, impulse)
+            if clamped:
+                self._log(f"drag push {body}: impulse clamped to {mass * max_speed:.4g} N s")
+            return {"impulse": impulse, "dv": dv, "clamped": clamped}
+
+    # ------------------------------------------------------------------ goals
+
+    def _goal_cost(self, fn):
+        """``fn`` (a task's cost function) with the targets of :meth:`set_goal` put into its
+        point residuals (a copy of each residual moved; the task's own objects are untouched)."""
+        import copy
+
+        from ..costs import CostTerm
+        from .registry import cost_weight_keys
+
+        def cost(model):
+            terms = fn(model)
+            goals = self._goal_targets
+            if not goals or terms is None:
+                return terms
+            single = isinstance(terms, CostTerm)
+            terms = [terms] if single else list(terms)
+            if not all(isinstance(t, CostTerm) for t in terms):
+                return terms  # Task.cost_terms reports what is wrong
+            out = []
+            for key, t in zip(cost_weight_keys(terms), terms):
+                g = goals.get("target." + key[len("weight."):])
+                if g is not None and _is_point_residual(t.residual):
+                    r = copy.copy(t.residual)
+                    r.target = g.copy()
+                    t = dataclasses.replace(t, residual=r)
+                out.append(t)
+            return out[0] if single else out
+
+        cost.__name__ = getattr(fn, "__name__", "cost")
+        cost.__doc__ = getattr(fn, "__doc__", None)
+        return cost
+
+    def _build_term_costs(self) -> None:
+        """The plant-side per-term costs (weight 1) for the cost plot, at the current targets."""
+        from ..costs import StageCost
+        from .registry import cost_weight_keys
+
+        terms = self.task.cost_terms(self._cost_model)
+        self._term_keys = cost_weight_keys(terms)
+        self._term_costs = [StageCost(self._cost_model, [dataclasses.replace(t, weight=1.0)]) for t in terms]
+        self._term_uses_u = [t.residual.uses_control for t in terms]
+
+    def _find_goals(self) -> dict:
+        from .registry import cost_weight_keys
+
+        out = {}
+        lists = [self.base_task.cost_terms(self._cost_model),
+                 self.base_task.cost_terms(self._cost_model, terminal=True) or []]
+        for terms in lists:
+            for key, t in zip(cost_weight_keys(terms), terms):
+                r = t.residual
+                gkey = "target." + key[len("weight."):]
+                if gkey in out or not _is_point_residual(r):
+                    continue
+                mask = np.zeros(3, dtype=bool)
+                mask[np.asarray(r.axes, dtype=int)] = True
+                out[gkey] = {"term": t.name, "residual": type(r).__name__, "axes": mask,
+                             "default": np.asarray(r.target, dtype=float).copy()}
+        return out
+
+    def goals(self) -> dict:
+        """The goals the task's cost has, generated from its terms: one per cost term whose residual
+        is a point's world position minus a target (:class:`~contactopt.costs.SitePosition`,
+        :class:`~contactopt.costs.BodyPosition`, :class:`~contactopt.costs.CenterOfMass`; parts of a
+        :class:`~contactopt.costs.Combination` are not goals).  Key ``target.<term name>`` (the
+        weight key with ``target`` for ``weight``) → ``{"term", "residual", "axes" (3,) bool
+        (the axes the residual uses), "default" (3,), "target" (3,) [m, world]}``."""
+        current = self._goal_targets
+        return {k: {**v, "axes": v["axes"].copy(), "default": v["default"].copy(),
+                    "target": current.get(k, v["default"]).copy()} for k, v in self._goal_info.items()}
+
+    def _check_goals(self, changes: dict) -> tuple[dict, list]:
+        """Parse ``target.*`` values (3 numbers, or ``"x, y, z"``); clamp to :data:`GOAL_LIMIT`."""
+        out, clamped = {}, []
+        for key, value in changes.items():
+            if key not in self._goal_info:
+                valid = ", ".join(self._goal_info) or "none: the task's cost has no point-position term"
+                raise ParameterError(f"unknown goal {key!r} (goals: {valid})")
+            if isinstance(value, str):
+                parts = [p for p in value.replace(",", " ").split() if p]
+                try:
+                    value = [float(p) for p in parts]
+                except ValueError:
+                    raise ParameterError(f"{key}: expected 3 numbers x, y, z [m], got {value!r}") from None
+            try:
+                g = np.asarray(value, dtype=float).reshape(-1)
+            except (TypeError, ValueError):
+                raise ParameterError(f"{key}: expected 3 numbers x, y, z [m], got {value!r}") from None
+            if g.shape != (3,) or not np.isfinite(g).all():
+                raise ParameterError(f"{key}: expected 3 finite numbers x, y, z [m], got {value!r}")
+            c = np.clip(g, -GOAL_LIMIT, GOAL_LIMIT)
+            if (c != g).any():
+                clamped.append(key)
+            out[key] = c
+        return out, clamped
+
+    def _apply_goals(self, goals: dict, *, log: bool = True) -> None:
+        """Install checked goals (lock held): the planner rebuilds its cost at its next update."""
+        if not goals:
+            return
+        self._goal_targets = {**self._goal_targets, **{k: v.copy() for k, v in goals.items()}}
+        self.session.set({})  # nothing else changes; the session rebuilds the planner's cost
+        self._build_term_costs()
+        if log:
+            for k, v in goals.items():
+                self._log(f"goal {k} = {np.round(v, 4).tolist()}")
+
+    def set_goal(self, key: str, target) -> np.ndarray:
+        """Move goal ``key`` (see :meth:`goals`) to ``target`` (3,) [m, world axes; only the
+        residual's axes matter].  The planner's cost has the new target from its next update
+        (the session rebuilds the planner, as for any change); the plotted cost at once.
+        Returns the target applied (clamped to ±:data:`GOAL_LIMIT`).
+
+        Raises:
+          ParameterError: an unknown goal (the message lists the task's) or not 3 finite numbers.
+        """
+        goals, _ = self._check_goals({key: target})
+        with self._wake:
+            self._apply_goals(goals)
+            self._sample()
+            self._version += 1
+            self._wake.notify_all()
+        return goals[key].copy()
+
     @property
     def slowdown(self) -> float:
         """Wall seconds per simulated second."""
@@ -388,8 +587,8 @@ class LiveRun:
     def set(self, changes: dict) -> dict:
         """Change settings (key → value; strings are parsed): planner options and cost weights
         (taking effect at the next planner update), ``model.*`` (the planner's model),
-        ``plant.*`` (the plant, at once) and ``slowdown``.  Numbers outside :data:`SAFE_RANGES`
-        are clamped.  All or nothing.
+        ``plant.*`` (the plant, at once), ``slowdown`` and goals ``target.*`` (as
+        :meth:`set_goal`).  Numbers outside :data:`SAFE_RANGES` are clamped.  All or nothing.
 
         Returns:
           the values applied (after clamping), key → value; the keys clamped are listed under
@@ -409,20 +608,26 @@ class LiveRun:
             if c:
                 clamped.append(k)
         local = {k: v for k, v in applied.items() if k.startswith("plant.") or k == "slowdown"}
-        remote = {k: v for k, v in applied.items() if k not in local}
+        goals = {k: v for k, v in applied.items() if k.startswith("target.")}
+        remote = {k: v for k, v in applied.items() if k not in local and k not in goals}
         with self._wake:
             staged_plant = self._check_plant(local)  # raises before anything changes
+            staged_goals, goal_clamped = self._check_goals(goals)
+            clamped += goal_clamped
+            applied.update({k: tuple(float(c) for c in v) for k, v in staged_goals.items()})
             if remote:
                 self.session.set(remote)
             if staged_plant:
                 self._apply_plant_and_slowdown(staged_plant, log=False)
+            self._apply_goals(staged_goals, log=False)
             for k, v in applied.items():
                 self._log(f"set {k} = {v}" + (" (clamped)" if k in clamped else ""))
-            if any(k.startswith(("weight.", "terminal.weight.")) for k in applied):
+            if any(k.startswith(("weight.", "terminal.weight.", "target.")) for k in applied):
                 self._sample()  # the cost plot shows the new weights at once, also when paused
             self._version += 1  # replan at once (also when paused)
             self._wake.notify_all()
-        out = {k: self.values().get(k, v) for k, v in applied.items()}
+        values = self.values()
+        out = {k: values.get(k, v) for k, v in applied.items()}
         out["_clamped"] = clamped
         return out
 
@@ -447,7 +652,7 @@ class LiveRun:
                 continue
             try:
                 if isinstance(value, bool):
-                    raise ValueError
+                    raise TypeError
                 v = float(value)
             except (TypeError, ValueError):
                 raise ParameterError(f"{key}: expected a positive number, got {value!r}") from None
@@ -493,11 +698,11 @@ class LiveRun:
 
     def snapshot(self, contacts: bool = False) -> dict:
         """The plant now, for drawing: ``time`` [s], ``xpos (nbody, 3)``, ``xquat (nbody, 4)``
-        (w, x, y, z), ``qpos (nq,)``, ``paused``, ``version``; with ``contacts``, ``contact_pos
+        (w, x, y, z), ``xipos (nbody, 3)`` (centres of mass), ``qpos (nq,)``, ``paused``, ``version``; with ``contacts``, ``contact_pos
         (ncon, 3)`` and ``contact_force (ncon, 3)`` [N] in world axes."""
         with self._lock:
             m, d = self.model, self.data
-            out = {"time": float(d.time), "xpos": d.xpos.copy(), "xquat": d.xquat.copy(),
+            out = {"time": float(d.time), "xpos": d.xpos.copy(), "xquat": d.xquat.copy(), "xipos": d.xipos.copy(),
                    "mocap_pos": d.mocap_pos.copy(), "qpos": d.qpos.copy(), "qvel": d.qvel.copy(),
                    "paused": self._paused, "version": self._version, "generation": self._generation}
             if contacts:
@@ -543,6 +748,10 @@ class LiveRun:
         head = [f"# contactopt gui settings of task {self.task.name!r}",
                 f"# contactopt run {self.task.name} --planner {self.session.planner_name} --options {path.name}",
                 "# plant (not read by run): " + ", ".join(f"{k}={v}" for k, v in self.plant_values().items())]
+        moved = {k: g["target"] for k, g in self.goals().items() if (g["target"] != g["default"]).any()}
+        if moved:
+            head.append("# goals (not read by run): " + ", ".join(
+                f"{k}={np.round(v, 6).tolist()}" for k, v in moved.items()))
         path.write_text("\n".join(head) + "\n" + format_toml(values))
         self._log(f"export settings {path}")
         return path

@@ -1,0 +1,56 @@
+"""The live loop keeps the headless success rate: the acrobot through ``LiveRun`` in real time with
+the GUI server attached (no browser) succeeds on as many seeds as headless asynchronous MPC
+(``run_task(..., mode="async")``), less one for a noisy shared machine."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from contactopt.mpc.live import LiveRun
+from contactopt.mpc.task_runner import run_task
+
+SEEDS = (0, 1, 2)
+
+pytestmark = pytest.mark.slow
+
+
+def _live_success(app, seed: int, duration: float, wall_limit: float) -> bool:
+    """Reset the live run to ``seed`` and wait until its success test has held, its task duration
+    has passed in simulated time, or ``wall_limit`` seconds."""
+    run = app.run
+    run.reset(seed)
+    end = time.monotonic() + wall_limit
+    while time.monotonic() < end:
+        st = run.telemetry()["status"]
+        assert st["error"] is None, st["error"]
+        if st["succeeded_at"] is not None:
+            return True
+        if st["time"] >= duration:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def test_acrobot_live_with_gui_keeps_the_headless_success_rate(capsys):
+    pytest.importorskip("viser")
+    from contactopt.gui.app import GuiApp
+    from contactopt.tasks import load_task
+
+    task = load_task("acrobot").task()
+    start = time.monotonic()
+    headless = sum(bool(run_task(task, "ilqg", seed=s, mode="async", stop_on_success=True).result.success)
+                   for s in SEEDS)
+    t_headless = time.monotonic() - start
+    app = GuiApp(LiveRun(task, "ilqg", seed=SEEDS[0], slowdown=1.0), port=0).start()
+    try:
+        live = [_live_success(app, s, task.duration, wall_limit=task.duration * 1.5) for s in SEEDS]
+        rate = app.scene_rate()
+    finally:
+        app.close()
+    with capsys.disabled():
+        print(f"\nacrobot ilqg seeds {SEEDS}: headless async {headless}/{len(SEEDS)} ({t_headless:.0f} s), "
+              f"live with GUI {sum(live)}/{len(SEEDS)} {live} ({time.monotonic() - start - t_headless:.0f} s, "
+              f"scene {rate:.0f} Hz)")
+    assert sum(live) >= headless - 1
