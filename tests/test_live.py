@@ -187,7 +187,7 @@ def acrobot():
     return load_task("acrobot").task()
 
 
-def test_goal_moves_the_planners_target_at_the_next_update(acrobot):
+def test_goal_moves_the_planners_target_at_the_next_update(acrobot, tmp_path):
     r = LiveRun(acrobot, "ilqg", seed=0)
     try:
         goals = r.goals()
@@ -221,6 +221,13 @@ def test_goal_moves_the_planners_target_at_the_next_update(acrobot):
             r.set_goal(key, (np.nan, 0, 0))
         np.testing.assert_allclose(r.goals()[key]["target"], before)
         assert r.values()["weight.qvel"] != 3.0
+        # exported as a real --set key: run/sweep/serve read it back through the registry
+        from contactopt.cli import load_options_file
+        from contactopt.mpc import registry
+
+        path = r.export_settings(tmp_path / "goal.toml")
+        _, overrides = registry.parse_settings("ilqg", acrobot, load_options_file(path))
+        np.testing.assert_allclose(overrides[key], r.goals()[key]["target"])
     finally:
         r.close()
 

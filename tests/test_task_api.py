@@ -307,6 +307,26 @@ def test_options_file_gives_the_same_settings_as_set(tmp_path):
     assert out.returncode == 1 and "cannot read it" in out.stderr
 
 
+def test_target_keys_move_a_point_goal_in_every_planner_cost():
+    from contactopt.tasks import load_task
+
+    task = load_task("acrobot").task()
+    plant = task.load_plant()
+    keys = registry.cost_target_keys(task.cost_terms(plant))
+    assert keys, "the acrobot's tip term is a point residual"
+    key = keys[0]
+    options, overrides = registry.parse_settings("ilqg", task, {key: "0.1, 0, 3.5"})
+    assert overrides[key] == (0.1, 0.0, 3.5)
+    cost = registry.task_cost(task, plant, 0.01, overrides)
+    moved = [t for t in cost.running.terms if registry.is_point_residual(t.residual)]
+    np.testing.assert_array_equal(moved[0].residual.target, [0.1, 0.0, 3.5])
+    fresh = [t for t in task.cost_terms(plant) if registry.is_point_residual(t.residual)]
+    assert not np.allclose(fresh[0].residual.target, [0.1, 0.0, 3.5])  # the task is untouched
+    with pytest.raises(ParameterError, match=r"expected three finite numbers"):
+        registry.parse_settings("ilqg", task, {key: "1,2"})
+    assert any(row[0] == key for row in registry.settings_help("idto", task))
+
+
 def test_run_lists_tasks_with_a_header():
     out = _run_cli("run")
     assert out.returncode == 0

@@ -148,10 +148,11 @@ def _clamp(key: str, value):
 
 
 def _is_point_residual(residual) -> bool:
-    """Whether ``residual`` is a point's world position minus a ``(3,)`` target (a goal)."""
-    from ..costs import BodyPosition, CenterOfMass, SitePosition
+    """Whether ``residual`` is a point's world position minus a ``(3,)`` target (a goal;
+    :func:`contactopt.mpc.registry.is_point_residual`)."""
+    from .registry import is_point_residual
 
-    return isinstance(residual, (SitePosition, BodyPosition, CenterOfMass))
+    return is_point_residual(residual)
 
 
 @dataclass(frozen=True)
@@ -449,10 +450,8 @@ class LiveRun:
     def _goal_cost(self, fn):
         """``fn`` (a task's cost function) with the targets of :meth:`set_goal` put into its
         point residuals (a copy of each residual moved; the task's own objects are untouched)."""
-        import copy
-
         from ..costs import CostTerm
-        from .registry import cost_weight_keys
+        from .registry import apply_cost_weights
 
         def cost(model):
             terms = fn(model)
@@ -463,14 +462,7 @@ class LiveRun:
             terms = [terms] if single else list(terms)
             if not all(isinstance(t, CostTerm) for t in terms):
                 return terms  # Task.cost_terms reports what is wrong
-            out = []
-            for key, t in zip(cost_weight_keys(terms), terms):
-                g = goals.get("target." + key[len("weight."):])
-                if g is not None and _is_point_residual(t.residual):
-                    r = copy.copy(t.residual)
-                    r.target = g.copy()
-                    t = dataclasses.replace(t, residual=r)
-                out.append(t)
+            out = apply_cost_weights(terms, goals)  # the registry's target.* override, one place
             return out[0] if single else out
 
         cost.__name__ = getattr(fn, "__name__", "cost")
@@ -749,9 +741,7 @@ class LiveRun:
                 f"# contactopt run {self.task.name} --planner {self.session.planner_name} --options {path.name}",
                 "# plant (not read by run): " + ", ".join(f"{k}={v}" for k, v in self.plant_values().items())]
         moved = {k: g["target"] for k, g in self.goals().items() if (g["target"] != g["default"]).any()}
-        if moved:
-            head.append("# goals (not read by run): " + ", ".join(
-                f"{k}={np.round(v, 6).tolist()}" for k, v in moved.items()))
+        values.update({k: [float(x) for x in np.round(v, 9)] for k, v in moved.items()})  # target.* keys
         path.write_text("\n".join(head) + "\n" + format_toml(values))
         self._log(f"export settings {path}")
         return path

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mujoco
+import numpy as np
 
 from ..errors import ParameterError
 
@@ -31,7 +32,9 @@ __all__ = [
     "Option",
     "PlannerSpec",
     "apply_cost_weights",
+    "cost_target_keys",
     "cost_weight_keys",
+    "is_point_residual",
     "make",
     "names",
     "parse_settings",
@@ -156,10 +159,50 @@ def cost_weight_keys(terms) -> list[str]:
     return keys
 
 
+def is_point_residual(residual) -> bool:
+    """Whether ``residual`` is a point's world position minus a ``(3,)`` target [m] (a goal that
+    ``target.NAME`` moves: :class:`~contactopt.costs.SitePosition`,
+    :class:`~contactopt.costs.BodyPosition`, :class:`~contactopt.costs.CenterOfMass`)."""
+    from ..costs import BodyPosition, CenterOfMass, SitePosition
+
+    return isinstance(residual, (SitePosition, BodyPosition, CenterOfMass))
+
+
+def cost_target_keys(terms) -> list[str]:
+    """``target.NAME`` keys of the point-residual terms of ``terms`` (names as :func:`cost_weight_keys`)."""
+    return ["target." + k[len("weight."):] for k, t in zip(cost_weight_keys(terms), terms)
+            if is_point_residual(t.residual)]
+
+
 def apply_cost_weights(terms, weights: dict) -> list:
-    """``terms`` with the weights of ``weights`` (``weight.NAME → w``) replaced."""
-    keys = cost_weight_keys(terms)
-    return [dataclasses.replace(t, weight=weights[k]) if k in weights else t for t, k in zip(terms, keys)]
+    """``terms`` with the overrides of ``weights`` applied: ``weight.NAME → w`` replaces a weight,
+    ``target.NAME → (3,)`` the target [m, world] of a point residual (a copy of the residual;
+    the task's own objects are untouched)."""
+    import copy
+
+    out = []
+    for t, k in zip(terms, cost_weight_keys(terms)):
+        if k in weights:
+            t = dataclasses.replace(t, weight=weights[k])
+        goal = weights.get("target." + k[len("weight."):])
+        if goal is not None and is_point_residual(t.residual):
+            r = copy.copy(t.residual)
+            r.target = np.array(goal, dtype=float).reshape(3)
+            t = dataclasses.replace(t, residual=r)
+        out.append(t)
+    return out
+
+
+def _parse_target(key: str, value) -> tuple:
+    """A ``target.NAME`` value (``"x,y,z"`` or 3 numbers) as a tuple of 3 finite floats [m]."""
+    items = value.replace(" ", "").split(",") if isinstance(value, str) else value
+    try:
+        out = tuple(float(v) for v in items)
+    except (TypeError, ValueError):
+        out = ()
+    if len(out) != 3 or not all(math.isfinite(v) for v in out):
+        raise ParameterError(f"--set {key}: expected three finite numbers x,y,z [m], got {value!r}")
+    return out
 
 
 def parse_settings(name: str, task, settings: dict | None = None, *, model: mujoco.MjModel | None = None):
@@ -167,7 +210,8 @@ def parse_settings(name: str, task, settings: dict | None = None, *, model: mujo
 
     Task defaults (``task.planner_options[name]``) come first, ``settings`` override them.
     Returns ``(options, weights)``: planner options (every key of the planner, defaults
-    filled in) and ``weight.NAME → w`` overrides.
+    filled in) and the cost overrides: ``weight.NAME → w`` and ``target.NAME → (x, y, z)``
+    (the goal of a point residual, :func:`cost_target_keys`).
 
     Raises:
       ParameterError: an unknown key (the message lists the valid ones) or a value of the
@@ -177,12 +221,17 @@ def parse_settings(name: str, task, settings: dict | None = None, *, model: mujo
     merged = {**dict(task.planner_options.get(name, {})), **dict(settings or {})}
     if model is None:
         model = task.load_plant()
-    weight_keys = cost_weight_keys(task.cost_terms(model))
+    running = task.cost_terms(model)
+    weight_keys = cost_weight_keys(running)
     term = task.cost_terms(model, terminal=True)
     terminal_keys = ["terminal." + k for k in cost_weight_keys(term)] if term else []
+    target_keys = cost_target_keys(running)
     options = {o.name: o.default for o in sp.options}
     weights = {}
     for key, value in merged.items():
+        if key in target_keys:
+            weights[key] = _parse_target(key, value)
+            continue
         if key in weight_keys or key in terminal_keys:
             try:
                 w = float(value)
@@ -195,7 +244,7 @@ def parse_settings(name: str, task, settings: dict | None = None, *, model: mujo
         try:
             opt = sp.option(key)
         except KeyError:
-            valid = [o.name for o in sp.options] + weight_keys + terminal_keys
+            valid = [o.name for o in sp.options] + weight_keys + terminal_keys + target_keys
             raise ParameterError(f"unknown setting {key!r} for planner {name!r} on task {task.name!r} "
                                  f"(valid: {', '.join(valid)})") from None
         options[key] = opt.parse(value)
@@ -215,6 +264,10 @@ def settings_help(name: str, task) -> list[tuple[str, str, str]]:
     term = task.cost_terms(model, terminal=True) or []
     for key, t in zip(cost_weight_keys(term), term):
         rows.append(("terminal." + key, f"{t.weight:g}", f"terminal weight on {t.name}"))
+    for key, t in zip(cost_weight_keys(terms), terms):
+        if is_point_residual(t.residual):
+            rows.append(("target." + key[len("weight."):], ",".join(f"{v:g}" for v in t.residual.target),
+                         f"goal of {t.name} [m, world x,y,z]"))
     return rows
 
 
@@ -225,7 +278,9 @@ def task_cost(task, model: mujoco.MjModel, timestep: float, weights: dict):
     run = apply_cost_weights(task.cost_terms(model), weights)
     term = task.cost_terms(model, terminal=True)
     if term is not None:
+        # terminal weights by their own keys; goals move the terminal term of the same name too
         tw = {k[len("terminal."):]: v for k, v in weights.items() if k.startswith("terminal.")}
+        tw.update({k: v for k, v in weights.items() if k.startswith("target.")})
         term = StageCost(model, apply_cost_weights(term, tw))
     return TrajectoryCost(StageCost(model, run), term, timestep=timestep)
 
