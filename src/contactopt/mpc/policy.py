@@ -14,7 +14,21 @@ import numpy as np
 
 from ..errors import ParameterError, as_array
 
-__all__ = ["Policy", "TrajectoryPolicy", "ConstantPolicy"]
+__all__ = ["ConstantPolicy", "Policy", "TrajectoryPolicy", "plan_index"]
+
+
+def plan_index(t: float, t0: float, h: float, T: int) -> tuple[int, float]:
+    """``(i, w)``: the knot ``i`` of a plan of ``T`` controls on the grid ``t0 + i h`` [s] that
+    time ``t`` falls after, and the fraction ``w ∈ [0, 1]`` of the way to the next one; before
+    ``t0`` the first knot, after the last control it is held (``i = T − 1``) while ``w`` moves
+    the reference state on to ``X[T]`` and stays there."""
+    s = (t - t0) / h
+    if s <= 0:
+        return 0, 0.0
+    if s >= T - 1:
+        return T - 1, min(s - (T - 1), 1.0)
+    i = int(s)
+    return i, s - i
 
 
 class Policy(abc.ABC):
@@ -114,15 +128,7 @@ class TrajectoryPolicy(Policy):
         return out
 
     def _index(self, t: float) -> tuple[int, float]:
-        s = (t - self.t0) / self.h
-        T = self.U.shape[0]
-        if s <= 0:
-            return 0, 0.0
-        if s >= T - 1:
-            # the last control is held; the reference state moves on to X[T] and stays
-            return T - 1, min(s - (T - 1), 1.0)
-        i = int(s)
-        return i, s - i
+        return plan_index(t, self.t0, self.h, self.U.shape[0])
 
     def feedforward(self, t: float) -> np.ndarray:
         i, w = self._index(t)

@@ -247,14 +247,9 @@ class RemoteTrajectoryPolicy(Policy):
         return out
 
     def _index(self, t: float):
-        s = (t - self.t0) / self.h
-        T = self.U.shape[0]
-        if s <= 0:
-            return 0, 0.0
-        if s >= T - 1:
-            return T - 1, min(s - (T - 1), 1.0)
-        i = int(s)
-        return i, s - i
+        from ..mpc.policy import plan_index
+
+        return plan_index(t, self.t0, self.h, self.U.shape[0])
 
     def _ff(self, i: int, w: float):
         T = self.U.shape[0]
