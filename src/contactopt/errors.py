@@ -27,6 +27,7 @@ __all__ = [
     "check_positive",
     "check_nonnegative",
     "check_instance",
+    "check_finite",
 ]
 
 
@@ -82,6 +83,7 @@ def as_array(
     *,
     finite: bool = True,
     dtype=np.float64,
+    max_abs: float | None = None,
 ) -> np.ndarray:
     """Convert ``value`` to a C-contiguous array and validate it.
 
@@ -91,6 +93,8 @@ def as_array(
       shape: expected shape; ``None`` entries match any length.  ``None`` skips the check.
       finite: if true, NaN or infinite entries raise :class:`NonFiniteError`.
       dtype: dtype of the returned array.
+      max_abs: if given, an entry with ``|x| > max_abs`` raises :class:`ParameterError` (e.g.
+        MuJoCo's ``mjMAXVAL`` = 1e10 for states: MuJoCo silently resets a larger qpos/qvel).
 
     Returns:
       ``np.ascontiguousarray(value, dtype)`` with the requested shape.
@@ -98,11 +102,16 @@ def as_array(
     Raises:
       ShapeError: wrong number of dimensions or wrong length along an axis.
       NonFiniteError: NaN or infinity where ``finite`` is true (the message gives the first index).
+      ParameterError: an entry larger in magnitude than ``max_abs``.
     """
     try:
-        arr = np.ascontiguousarray(value, dtype=dtype)
+        # numpy would drop the imaginary part of complex input with only a warning
+        complex_in = np.iscomplexobj(value) and not np.issubdtype(np.dtype(dtype), np.complexfloating)
+        arr = None if complex_in else np.ascontiguousarray(value, dtype=dtype)
     except (TypeError, ValueError) as exc:
         raise ShapeError(f"{name}: cannot convert to a numeric array ({exc})") from None
+    if complex_in:
+        raise ShapeError(f"{name}: expected real numbers, got complex values")
     if shape is not None:
         want = tuple(shape)
         if arr.ndim != len(want) or any(w is not None and w != g for w, g in zip(want, arr.shape)):
@@ -113,6 +122,13 @@ def as_array(
         where = tuple(int(i) for i in bad)
         raise NonFiniteError(
             f"{name}: contains a non-finite value ({arr[tuple(bad)]}) at index {where if len(where) != 1 else where[0]}"
+        )
+    if max_abs is not None and arr.size and np.nanmax(np.abs(arr)) > max_abs:
+        bad = np.argwhere(np.abs(arr) > max_abs)[0]
+        where = tuple(int(i) for i in bad)
+        raise ParameterError(
+            f"{name}: value {arr[tuple(bad)]:.6g} at index {where if len(where) != 1 else where[0]} "
+            f"exceeds the largest magnitude allowed ({max_abs:g})"
         )
     return arr
 
@@ -134,6 +150,12 @@ def check_positive(name: str, value: float) -> float:
     if not v > 0:
         raise ParameterError(f"{name} must be positive, got {value!r}")
     return v
+
+
+def check_finite(name: str, value: float) -> float:
+    """Return ``float(value)``; :class:`ParameterError` if it is not a number, :class:`NonFiniteError`
+    if it is NaN or infinite."""
+    return _as_scalar(name, value)
 
 
 def check_nonnegative(name: str, value: float) -> float:

@@ -63,6 +63,10 @@ __all__ = [
     "integrator_name",
     "num_steps",
     "total_mass",
+    "MAX_STATE_VALUE",
+    "reset_warnings",
+    "new_reset_warnings",
+    "check_state_range",
 ]
 
 ModelLike = Union[str, os.PathLike, mujoco.MjModel]
@@ -87,8 +91,10 @@ def load_model(name_or_path: ModelLike, *, timestep: float | None = None) -> muj
       :func:`model_name` can report where it came from.
 
     Raises:
-      ModelNotFoundError: unknown bundled name, or the file does not exist.
-      ModelLoadError: MuJoCo could not parse or compile the file (its message is included).
+      ModelNotFoundError: unknown bundled name, the file does not exist, an empty name, or
+        ``name_or_path`` is not a str, path or ``MjModel`` (e.g. None).
+      ModelLoadError: MuJoCo could not parse or compile the file (its message is included), or
+        the compiled time step is not positive (``<option timestep="nan"/>``) and no ``timestep`` is given.
       ParameterError: ``timestep`` is not positive.
     """
     if isinstance(name_or_path, mujoco.MjModel):
@@ -106,6 +112,9 @@ def load_model(name_or_path: ModelLike, *, timestep: float | None = None) -> muj
             raise ModelLoadError(f"could not load model file {path}: {msg}") from None
     if timestep is not None:
         model.opt.timestep = check_positive("timestep", timestep)
+    elif not (np.isfinite(model.opt.timestep) and model.opt.timestep > 0):  # MuJoCo compiles nan or -1
+        raise ModelLoadError(f"model {label}: timestep must be a positive number, got {model.opt.timestep!r} "
+                             "(fix <option timestep> or pass timestep=...)")
     _MODEL_LABELS[model] = label
     return model
 
@@ -124,12 +133,21 @@ def model_name(model: mujoco.MjModel) -> str:
 
 
 def _resolve(name_or_path) -> tuple[Path, str]:
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise ModelNotFoundError(
+            f"model must be a bundled name, a path or a mujoco.MjModel, got {type(name_or_path).__name__} "
+            f"{name_or_path!r:.80}")
     text = os.fspath(name_or_path)
     if not isinstance(text, str):
         raise ModelNotFoundError(f"model must be a name or a path, got {name_or_path!r}")
+    if not text.strip():
+        raise ModelNotFoundError(f"model name is empty (got {text!r}); bundled models: {', '.join(BUNDLED_MODELS)}")
     if text in BUNDLED_MODELS:
         return BUNDLED_MODELS[text].path, text
-    path = Path(text).expanduser()
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # "~user" of a user that does not exist: no home directory to expand
+        path = Path(text)
     if path.is_file():
         return path, path.stem
     if path.is_dir():
@@ -523,3 +541,43 @@ def num_steps(seconds: float, timestep: float) -> int:
     if s > 0 and n == 0:
         raise ParameterError(f"seconds={seconds} is shorter than one time step ({h} s)")
     return n
+
+
+# --------------------------------------------------------------------------- MuJoCo's silent resets
+
+#: Largest |qpos|, |qvel| (and |qacc|) MuJoCo accepts (``mjMAXVAL``): ``mj_checkPos``,
+#: ``mj_checkVel`` and ``mj_checkAcc`` reset ``data`` to ``qpos0`` beyond it, with only a warning.
+MAX_STATE_VALUE = float(mujoco.mjMAXVAL)
+
+_RESET_WARNINGS = {
+    int(mujoco.mjtWarning.mjWARN_BADQPOS): "qpos",
+    int(mujoco.mjtWarning.mjWARN_BADQVEL): "qvel",
+    int(mujoco.mjtWarning.mjWARN_BADQACC): "qacc",
+}
+
+
+def reset_warnings(data: mujoco.MjData) -> tuple[int, ...]:
+    """Counters of MuJoCo's state-reset warnings (bad qpos, qvel, qacc) in ``data``: pass them to
+    :func:`new_reset_warnings` after a call to learn whether MuJoCo reset the state in it."""
+    return tuple(int(data.warning[i].number) for i in _RESET_WARNINGS)
+
+
+def new_reset_warnings(data: mujoco.MjData, before: tuple[int, ...]) -> list[str]:
+    """Which of ``qpos``/``qvel``/``qacc`` MuJoCo found bad (and reset ``data`` for) since ``before``
+    (from :func:`reset_warnings`); empty when it reset nothing."""
+    now = reset_warnings(data)
+    return [what for (_, what), b, n in zip(_RESET_WARNINGS.items(), before, now) if n != b]
+
+
+def check_state_range(model: mujoco.MjModel, data: mujoco.MjData) -> None:
+    """Raise unless ``data.qpos``/``data.qvel`` are finite and within ``MAX_STATE_VALUE``.
+
+    MuJoCo resets a state outside that range to ``qpos0`` (a stderr warning only), so a step from
+    it would silently start somewhere else.
+
+    Raises:
+      NonFiniteError: NaN or infinity in qpos/qvel.
+      ParameterError: an entry larger in magnitude than ``MAX_STATE_VALUE`` (1e10).
+    """
+    as_array("qpos", data.qpos, (model.nq,), max_abs=MAX_STATE_VALUE)
+    as_array("qvel", data.qvel, (model.nv,), max_abs=MAX_STATE_VALUE)

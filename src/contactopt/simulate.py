@@ -18,7 +18,14 @@ import mujoco
 import numpy as np
 
 from .errors import ContactoptError, ParameterError, as_array
-from .model import model_name, num_steps, reset_to_keyframe
+from .model import (
+    MAX_STATE_VALUE,
+    model_name,
+    new_reset_warnings,
+    num_steps,
+    reset_to_keyframe,
+    reset_warnings,
+)
 from .progress import progress_bar
 
 __all__ = ["SimulationResult", "SimulationError", "simulate", "total_normal_force", "frame_stride"]
@@ -170,9 +177,11 @@ def simulate(
       ``contact_unconverged_steps`` and ``contact_iterations_median``.
 
     Raises:
-      ParameterError: negative/non-finite duration, unknown keyframe.
+      ParameterError: negative/non-finite duration, unknown keyframe, a ``qpos``/``qvel``
+        entry beyond 1e10 (``mjMAXVAL``: MuJoCo would silently reset the state).
       ShapeError, NonFiniteError: bad ``qpos``/``qvel``/controls.
-      SimulationError: the state became non-finite or MuJoCo flagged a bad acceleration.
+      SimulationError: the state became non-finite, or MuJoCo flagged a bad qpos/qvel/qacc
+        (and reset the state) at the start or during the run.
     """
     if contact not in ("mujoco", "convex"):
         raise ParameterError(f"contact must be 'mujoco' or 'convex', got {contact!r}")
@@ -183,20 +192,19 @@ def simulate(
     data = mujoco.MjData(model)
     reset_to_keyframe(model, data, keyframe)
     if qpos is not None:
-        data.qpos[:] = as_array("qpos", qpos, (model.nq,))
+        data.qpos[:] = as_array("qpos", qpos, (model.nq,), max_abs=MAX_STATE_VALUE)
     if qvel is not None:
-        data.qvel[:] = as_array("qvel", qvel, (model.nv,))
+        data.qvel[:] = as_array("qvel", qvel, (model.nv,), max_abs=MAX_STATE_VALUE)
     stride = frame_stride(h, frame_rate) if frame_callback else 0
 
     name = model_name(model)
     old_flags = model.opt.enableflags
     model.opt.enableflags |= int(mujoco.mjtEnableBit.mjENBL_ENERGY)
     rec = _Recorder(model, n)
-    bad_qacc = int(mujoco.mjtWarning.mjWARN_BADQACC)
+    warnings_before = reset_warnings(data)
     frames = 0
     start = time.perf_counter()
     stepper = None
-    iterations = np.zeros(n, dtype=np.int64)
     unconverged = 0
     try:
         if contact == "convex":
@@ -205,8 +213,13 @@ def simulate(
 
             stepper = ConvexDynamics(model, contact_model)  # copies the model with energy enabled
         mujoco.mj_forward(model, data)
+        reset = new_reset_warnings(data, warnings_before)
+        if reset:  # the initial state (a keyframe, or qpos/qvel within 1e10) made MuJoCo reset it
+            raise SimulationError(f"simulation of {name}: MuJoCo found the initial "
+                                  f"{'/'.join(reset)} non-finite or beyond {MAX_STATE_VALUE:g} and reset it")
         with progress_bar(total=n, desc=f"simulate {name}", unit="step", enable=progress) as bar:
             for k in range(n):
+                rec.reserve(k + 1)
                 if stride and k % stride == 0:
                     if k:
                         mujoco.mj_forward(model, data)  # kinematics of the new state for the frame
@@ -224,18 +237,20 @@ def simulate(
                 else:
                     step = stepper.step(data)
                     rec.convex(k, step)
-                    iterations[k] = step.iterations
+                    rec.iterations[k] = step.iterations
                     unconverged += step.status != ContactStatus.CONVERGED
-                if data.warning[bad_qacc].number or not (np.isfinite(data.qpos).all()
-                                                         and np.isfinite(data.qvel).all()):
+                reset = new_reset_warnings(data, warnings_before)
+                if reset or not (np.isfinite(data.qpos).all() and np.isfinite(data.qvel).all()):
                     rec.state(k + 1, data)
                     rec.energy[k + 1] = np.nan
                     result = rec.result(name, h, k + 1, frames, time.perf_counter() - start)
+                    what = f"MuJoCo reset the state: bad {'/'.join(reset)}" if reset else "non-finite state"
                     raise SimulationError(
                         f"simulation of {name} diverged at t = {k * h:.4f} s "
-                        "(non-finite acceleration); try a smaller time step", result)
+                        f"({what}); try a smaller time step", result)
                 bar.update(1)
         mujoco.mj_forward(model, data)
+        rec.reserve(n + 1)
         rec.state(n, data)
         if stepper is None:
             rec.derived(n, model, data)
@@ -253,20 +268,42 @@ def simulate(
     if stepper is not None:
         result.extra["contact"] = "convex"
         result.extra["contact_unconverged_steps"] = int(unconverged)
-        result.extra["contact_iterations_median"] = float(np.median(iterations)) if n else 0.0
+        result.extra["contact_iterations_median"] = float(np.median(rec.iterations[:n])) if n else 0.0
     return result
 
 
 class _Recorder:
-    """Preallocated buffers for :func:`simulate`; ``derived`` values refer to the pre-step state."""
+    """Recording buffers for :func:`simulate`; ``derived`` values refer to the pre-step state.
+
+    The buffers grow in chunks (doubling, from at most ``_FIRST_CHUNK`` samples) as the run
+    proceeds, so a long duration costs memory in proportion to the steps actually taken, never
+    an up-front allocation for the whole duration; call :meth:`reserve` before writing sample k.
+    """
+
+    _FIRST_CHUNK = 4096
 
     def __init__(self, model, n):
-        self.qpos = np.empty((n + 1, model.nq))
-        self.qvel = np.empty((n + 1, model.nv))
-        self.ctrl = np.zeros((n, model.nu))
-        self.energy = np.empty((n + 1, 2))
-        self.ncon = np.zeros(n + 1, dtype=np.int64)
-        self.force = np.zeros(n + 1)
+        self.n = n
+        cap = min(n + 1, self._FIRST_CHUNK)
+        self.qpos = np.empty((cap, model.nq))
+        self.qvel = np.empty((cap, model.nv))
+        self.ctrl = np.zeros((cap, model.nu))
+        self.energy = np.empty((cap, 2))
+        self.ncon = np.zeros(cap, dtype=np.int64)
+        self.force = np.zeros(cap)
+        self.iterations = np.zeros(cap, dtype=np.int64)
+
+    def reserve(self, samples):
+        """Make room for ``samples`` samples (indices ``0 … samples-1``)."""
+        cap = len(self.qpos)
+        if samples <= cap:
+            return
+        cap = min(max(samples, 2 * cap), self.n + 1)
+        for name in ("qpos", "qvel", "ctrl", "energy", "ncon", "force", "iterations"):
+            old = getattr(self, name)
+            new = np.zeros((cap,) + old.shape[1:], dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
 
     def state(self, k, data):
         self.qpos[k] = data.qpos

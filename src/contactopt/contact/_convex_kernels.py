@@ -133,6 +133,10 @@ def forward_solve(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, warm
     for i in range(n):
         diag = max(diag, A[i, i] + R[i])
     k_s = max(10.0 * kappa, vel * vel / diag)
+    if not math.isfinite(k_s):
+        # inputs so large (|c| ~ 1e154 or more) that the continuation start overflows: no
+        # stage schedule exists (inf * 0.1 stays inf, an endless loop); report the failure
+        return total, STATUS_NUMERICAL
     warm_stage = warm
     while True:
         last = k_s <= kappa * (1.0 + 1e-12)

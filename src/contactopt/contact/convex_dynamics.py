@@ -54,6 +54,7 @@ import numpy as np
 import scipy.linalg
 
 from ..errors import ParameterError, ShapeError, as_array, check_instance
+from ..model import MAX_STATE_VALUE
 from .convex import ContactBatch, ContactStatus, ConvexContactModel
 from .geometry import ContactSpace, contact_space
 from .smooth_dynamics import SingularInertiaError, UnconstrainedDynamics
@@ -221,6 +222,11 @@ class ConvexDynamics:
         ``w⁺ = w + h M⁻¹(n + u) + M⁻¹ Jᵀ f`` with ``f`` the forward solution for
         ``c = J (w + h M⁻¹ (n + u))``; ``q⁺ = q ⊕ h w⁺``.  Arguments as in :meth:`problem`;
         ``f_init`` an optional ``(n,)`` warm start.
+
+        Raises:
+          ShapeError, NonFiniteError: wrong shapes, NaN or infinity (also: MuJoCo found the
+            acceleration at this state non-finite or beyond 1e10).
+          ParameterError: a qpos/qvel entry beyond 1e10 (``MAX_STATE_VALUE``; MuJoCo would reset it).
         """
         qvel = as_array("qvel", qvel, (self.model.nv,))
         p = self.problem(qpos, qvel, ctrl=ctrl, qfrc_applied=qfrc_applied, xfrc_applied=xfrc_applied,
@@ -251,10 +257,14 @@ class ConvexDynamics:
         Args:
           qpos: ``(nq,)``; qvel, qvel_next: ``(nv,)`` w and w⁺.
           f_init: optional ``(n,)`` warm start.
+
+        Raises:
+          ShapeError, NonFiniteError: wrong shapes, NaN or infinity.
+          ParameterError: a qpos/qvel/qvel_next entry beyond 1e10 (``MAX_STATE_VALUE``).
         """
         nv = self.model.nv
         qvel = as_array("qvel", qvel, (nv,))
-        qvel_next = as_array("qvel_next", qvel_next, (nv,))
+        qvel_next = as_array("qvel_next", qvel_next, (nv,), max_abs=MAX_STATE_VALUE)
         p = self.problem(qpos, qvel, act=act, mocap_pos=mocap_pos, mocap_quat=mocap_quat)
         h = self.timestep
         if p.space.n:

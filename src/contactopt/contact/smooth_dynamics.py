@@ -18,7 +18,8 @@ import mujoco
 import numpy as np
 import scipy.linalg
 
-from ..errors import ContactoptError, as_array, check_positive
+from ..errors import ContactoptError, NonFiniteError, as_array, check_positive
+from ..model import MAX_STATE_VALUE, new_reset_warnings, reset_warnings
 
 __all__ = ["UnconstrainedDynamics", "SingularInertiaError"]
 
@@ -60,10 +61,14 @@ class UnconstrainedDynamics:
         Args:
           qpos ``(nq,)``; qvel ``(nv,)``; ctrl ``(nu,)``; qfrc_applied ``(nv,)``;
           xfrc_applied ``(nbody, 6)``; act ``(na,)``; mocap_pos/mocap_quat ``(nmocap, 3|4)``.
+
+        Raises:
+          ShapeError, NonFiniteError: a wrong shape, NaN or infinity.
+          ParameterError: a qpos/qvel entry beyond ``MAX_STATE_VALUE`` (1e10; MuJoCo would reset it).
         """
         m, d = self.smooth_model, self.data
-        d.qpos[:] = as_array("qpos", qpos, (m.nq,))
-        d.qvel[:] = as_array("qvel", qvel, (m.nv,))
+        d.qpos[:] = as_array("qpos", qpos, (m.nq,), max_abs=MAX_STATE_VALUE)
+        d.qvel[:] = as_array("qvel", qvel, (m.nv,), max_abs=MAX_STATE_VALUE)
         d.ctrl[:] = 0.0 if ctrl is None else as_array("ctrl", ctrl, (m.nu,))
         d.qfrc_applied[:] = 0.0 if qfrc_applied is None else as_array("qfrc_applied", qfrc_applied, (m.nv,))
         d.xfrc_applied[:] = 0.0 if xfrc_applied is None else as_array("xfrc_applied", xfrc_applied, (m.nbody, 6))
@@ -83,9 +88,22 @@ class UnconstrainedDynamics:
 
         Raises:
           SingularInertiaError: ``M`` is not positive definite.
+          NonFiniteError: MuJoCo found the state non-finite or beyond 1e10 and reset the data (the
+            evaluation would be of ``qpos0``), or the smooth acceleration is non-finite or beyond 1e30.
         """
         m, d = self.smooth_model, self.data
+        before = reset_warnings(d)
         mujoco.mj_forward(m, d)
+        bad = new_reset_warnings(d, before)
+        if not bad and not np.all(np.abs(d.qacc) <= 1e30):
+            # far beyond anything physical (mj_step would reset beyond 1e10; the convex model's
+            # inverse legitimately asks for large forces on infeasible targets, so the bound is looser)
+            bad = ["qacc"]
+        if bad:
+            raise NonFiniteError(
+                f"the smooth dynamics failed at this state and inputs: {'/'.join(bad)} non-finite or huge "
+                f"(qpos/qvel beyond {MAX_STATE_VALUE:g}: MuJoCo reset the state; qacc beyond 1e30); check "
+                "qpos, qvel, ctrl and applied forces for huge values")
         M = np.zeros((m.nv, m.nv))
         mujoco.mj_fullM(m, d, M)
         if self._damping is not None:

@@ -46,8 +46,9 @@ from ..native import (
     np_max,
     np_min,
 )
+from ..simulate import SimulationError
 
-__all__ = ["MujocoDynamics", "smooth_contacts"]
+__all__ = ["MujocoDynamics", "StepDivergedError", "smooth_contacts"]
 
 # MuJoCo's "simulation is unstable" warnings; after each it resets or zeroes the offending values
 _BAD_WARNINGS = (
@@ -140,6 +141,11 @@ def _fd_kernel(m, d, qpos, qvel, act, ctrl, qacc_warmstart, zero_time, indices, 
         mjd_transitionfd(m, d, eps, centered, A[i].ctypes.data, B[i].ctypes.data, 0, 0)
 
 
+
+
+class StepDivergedError(SimulationError, FloatingPointError):
+    """:meth:`MujocoDynamics.step` diverged: MuJoCo found qpos/qvel/qacc non-finite or beyond
+    1e10 (and reset the state).  Also a ``FloatingPointError``, as it was documented before."""
 
 class MujocoDynamics:
     """Discrete dynamics of a MuJoCo model, one ``mj_step`` per step, with FD derivatives.
@@ -278,14 +284,14 @@ class MujocoDynamics:
         """One step ``x' = f(x, u)``: ``x (nx,)``, ``u (nu,)`` → ``(nx,)``.
 
         Raises:
-          ContactoptError subclasses for bad input; ``FloatingPointError`` if MuJoCo
-          flags the step as diverged.
+          ContactoptError subclasses for bad input; :class:`StepDivergedError` (a
+          ``SimulationError`` and a ``FloatingPointError``) if MuJoCo flags the step as diverged.
         """
         x = as_array("x", x, (self.nx,))
         u = as_array("u", u, (self.nu,))
         r = self.rollout(x, u[None])
         if r.diverged:
-            raise FloatingPointError("simulation diverged (MuJoCo reported a bad qpos/qvel/qacc)")
+            raise StepDivergedError("simulation diverged (MuJoCo reported a bad qpos/qvel/qacc)")
         return r.X[1]
 
     def rollout(self, x0, U, *, X_ref=None, K=None, lower=None, upper=None) -> "RolloutResult":

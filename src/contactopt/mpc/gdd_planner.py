@@ -15,7 +15,8 @@ import time
 import mujoco
 import numpy as np
 
-from ..errors import ContactoptError, as_array
+from ..errors import ContactoptError, as_array, check_finite
+from ..model import MAX_STATE_VALUE
 from ..solvers.gdd import Cost, GDDSettings, GDDSolver
 from .policy import ConstantPolicy
 from .runner import BREAKDOWN_KEYS, PlannerUpdate
@@ -47,7 +48,7 @@ class GDDPlanner:
     def _solve(self, t: float, x) -> PlannerUpdate:
         start = time.perf_counter()
         m, d = self.model, self.data
-        x = as_array("x", x, (m.nq + m.nv + m.na,))
+        x = as_array("x", x, (m.nq + m.nv + m.na,), max_abs=MAX_STATE_VALUE)
         d.qpos[:] = x[:m.nq]
         d.qvel[:] = x[m.nq:m.nq + m.nv]
         if m.na:
@@ -68,11 +69,11 @@ class GDDPlanner:
 
     def reset(self, t: float, x) -> PlannerUpdate:
         """The goal-directed control at the initial state."""
-        return self._solve(t, x)
+        return self._solve(check_finite("t", t), x)
 
     def update(self, t: float, x) -> PlannerUpdate:
         """The goal-directed control at the state measured at ``t``."""
-        return self._solve(t, x)
+        return self._solve(check_finite("t", t), x)
 
     def close(self) -> None:
         """Nothing to release (for the registry's uniform interface)."""

@@ -38,8 +38,8 @@ import mujoco
 import numpy as np
 from scipy.interpolate import CubicSpline
 
-from ..errors import ContactoptError, ParameterError, as_array, check_positive
-from ..model import actuation_map, actuator_moment_matrix
+from ..errors import ContactoptError, ParameterError, as_array, check_finite, check_positive
+from ..model import MAX_STATE_VALUE, actuation_map, actuator_moment_matrix
 from ..solvers.idto import IDTOProblem, IDTOResult, IDTOSettings, IDTOSolver, IDTOStatus
 from .policy import Policy
 from .runner import BREAKDOWN_KEYS, PlannerUpdate
@@ -282,7 +282,7 @@ class IDTOPolicy(Policy):
         if not (math.isfinite(timestep) and timestep > 0):
             raise ParameterError(f"IDTOPolicy: timestep must be positive, got {timestep!r}")
         self.model = model
-        self.t0 = float(t0)
+        self.t0 = check_finite("t0", t0)
         self.h = float(timestep)
         nq, nv, nu = model.nq, model.nv, model.nu
         self.nq, self.nv, self.nu = nq, nv, nu
@@ -490,7 +490,7 @@ class IDTOPlanner:
 
     def _measure(self, t, x):
         nq, nv = self.problem.nq, self.problem.nv
-        x = as_array("x", x, (None,))
+        x = as_array("x", x, (None,), max_abs=MAX_STATE_VALUE)  # MuJoCo resets states beyond 1e10
         if x.size < nq + nv:
             raise ParameterError(f"IDTOPlanner: state has {x.size} entries, needs qpos + qvel = {nq + nv}")
         q, v = x[:nq].copy(), x[nq:nq + nv].copy()
@@ -551,6 +551,7 @@ class IDTOPlanner:
 
     def reset(self, t: float, x) -> PlannerUpdate:
         """First plan from state ``x`` at time ``t`` (``initial_iterations`` iterations, fresh radius)."""
+        t = check_finite("t", t)
         start = time.perf_counter()
         try:
             q0 = self._measure(t, x)
@@ -567,6 +568,7 @@ class IDTOPlanner:
 
     def update(self, t: float, x) -> PlannerUpdate:
         """One receding-horizon update from the state ``x`` measured at time ``t``."""
+        t = check_finite("t", t)
         if self.result is None:
             return self.reset(t, x)
         start = time.perf_counter()

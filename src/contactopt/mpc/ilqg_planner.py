@@ -8,7 +8,7 @@ import time
 import mujoco
 import numpy as np
 
-from ..errors import ContactoptError, ParameterError
+from ..errors import ContactoptError, ParameterError, check_finite
 from ..solvers.ilqg import ILQG, ILQGResult, ILQGSettings
 from .policy import TrajectoryPolicy
 from .runner import BREAKDOWN_KEYS, PlannerUpdate
@@ -234,6 +234,7 @@ class ILQGPlanner:
 
     def reset(self, t: float, x) -> PlannerUpdate:
         """Plan from scratch from state ``x`` at time ``t`` (``initial_iterations`` iterations)."""
+        t = check_finite("t", t)
         start = time.perf_counter()
         U = np.tile(self.nominal, (self.horizon, 1))
         res = self.solver.solve(x, U, max_iterations=self.initial_iterations)
@@ -242,6 +243,7 @@ class ILQGPlanner:
     def update(self, t: float, x) -> PlannerUpdate:
         """One MPC update from the state ``x`` measured at time ``t`` (with lag compensation:
         from the state predicted at ``t + L_pred``, the returned policy's start time)."""
+        t = check_finite("t", t)
         if self.result is None:
             return self.reset(t, x)
         start = time.perf_counter()

@@ -12,7 +12,7 @@ import abc
 import mujoco
 import numpy as np
 
-from ..errors import ParameterError, as_array
+from ..errors import ParameterError, as_array, check_finite
 
 __all__ = ["ConstantPolicy", "Policy", "TrajectoryPolicy", "plan_index"]
 
@@ -58,7 +58,7 @@ class ConstantPolicy(Policy):
     def __init__(self, u, t0: float = 0.0):
         self.u = np.array(u, dtype=float).reshape(-1)
         self.nu = self.u.size
-        self.t0 = float(t0)
+        self.t0 = check_finite("t0", t0)
 
     def control(self, t, x):
         return self.u.copy()
@@ -87,7 +87,7 @@ class TrajectoryPolicy(Policy):
     def __init__(self, model: mujoco.MjModel, t0: float, timestep: float, U, X=None, K=None,
                  lower=None, upper=None):
         self.model = model
-        self.t0 = float(t0)
+        self.t0 = check_finite("t0", t0)
         if not (np.isfinite(timestep) and timestep > 0):
             raise ParameterError(f"timestep must be positive, got {timestep}")
         self.h = float(timestep)

@@ -301,7 +301,10 @@ class _Plant:
         self.h = float(model.opt.timestep)
         self.n = max(1, int(round(settings.duration / self.h)))
         self.rec_stride = max(1, int(round(settings.record_period / self.h)))
-        nrec = self.n // self.rec_stride + 2
+        # recording buffers grow in chunks as the run proceeds (:meth:`_grow`): the run length is
+        # bounded by the memory of what was recorded, never by an up-front allocation
+        self.nrec_max = self.n // self.rec_stride + 2
+        nrec = min(self.nrec_max, 4096)
         self.t = np.zeros(nrec)
         self.qpos = np.zeros((nrec, model.nq))
         self.qvel = np.zeros((nrec, model.nv))
@@ -347,6 +350,8 @@ class _Plant:
         if k % self.rec_stride and k != self.n:
             return
         i, d = self.nrec, self.data
+        if i >= len(self.t):
+            self._grow()
         self.t[i] = d.time
         self.qpos[i] = d.qpos
         self.qvel[i] = d.qvel
@@ -354,6 +359,15 @@ class _Plant:
         if self.metric_fn is not None:
             self.metric[i] = self.metric_fn(self.model, d)
         self.nrec += 1
+
+    def _grow(self) -> None:
+        """Double the recording buffers (at most to the run's ``nrec_max`` samples)."""
+        cap = min(2 * len(self.t), self.nrec_max)
+        for name in ("t", "qpos", "qvel", "ctrl", "metric"):
+            old = getattr(self, name)
+            new = np.full((cap,) + old.shape[1:], np.nan if name == "metric" else 0.0)
+            new[: len(old)] = old
+            setattr(self, name, new)
 
     def step(self, k: int, u) -> None:
         d, t = self.data, self.data.time

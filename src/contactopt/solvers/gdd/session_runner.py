@@ -190,10 +190,16 @@ def gdd_statistics(a: dict) -> dict:
 
 
 class _Recorder:
-    """Preallocated per-step arrays of a session."""
+    """Per-step arrays of a session, grown in chunks (doubling from at most ``_FIRST_CHUNK`` steps)
+    as the session runs: a long session costs memory for the steps taken, not an up-front
+    allocation for its whole length.  Call :meth:`reserve` before writing step k."""
+
+    _FIRST_CHUNK = 4096
 
     def __init__(self, model, n, n_mon, n_sup):
         nq, nv, nu = model.nq, model.nv, model.nu
+        self.n = n
+        n = min(n, self._FIRST_CHUNK)
         f = lambda *shape: np.full(shape, np.nan)
         self.a = {
             "time": np.zeros(n), "qpos": f(n, nq), "qvel": f(n, nv), "qacc": f(n, nv),
@@ -206,6 +212,18 @@ class _Recorder:
             "nefc": np.zeros(n, dtype=np.int32), "ncon": np.zeros(n, dtype=np.int32),
             "physics_violation": f(n), "residual_gradient": f(n), "solve_time": f(n), "step_time": f(n),
         }
+
+    def reserve(self, steps):
+        """Make room for ``steps`` steps (indices ``0 … steps-1``); the dict ``a`` is updated in place."""
+        cap = len(self.a["time"])
+        if steps <= cap:
+            return
+        cap = min(max(steps, 2 * cap), self.n)
+        for key, old in self.a.items():
+            fill = -1 if key == "active" else (np.nan if old.dtype.kind == "f" and key != "time" else 0)
+            new = np.full((cap,) + old.shape[1:], fill, dtype=old.dtype)
+            new[: len(old)] = old
+            self.a[key] = new
 
     def trimmed(self, k):
         return {key: v[:k].copy() for key, v in self.a.items()}
@@ -276,6 +294,7 @@ def run_session(spec: ReachSpec, *, video=None, plot=None, progress: bool | None
             renderer = _GoalRenderer(m, width, height)
         with progress_bar(total=n, desc=spec.name, unit="step", enable=progress) as bar:
             for k in range(n):
+                rec.reserve(k + 1)
                 if k:  # positions of the new state (mj_step2 leaves those of the previous one)
                     mujoco.mj_kinematics(m, d)
                 session.update_goals()

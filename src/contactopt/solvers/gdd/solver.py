@@ -65,6 +65,7 @@ import mujoco
 import numpy as np
 
 from ...errors import NonFiniteError, ParameterError, as_array
+from ...model import check_state_range, new_reset_warnings, reset_warnings
 from ...simulate import SimulationError
 from . import cost_base
 from . import kernels as K
@@ -643,6 +644,7 @@ def gdd_step(model: mujoco.MjModel, data: mujoco.MjData, cost: Cost | Accelerati
       SimulationError: the solve failed numerically or produced a non-finite
         control; the step is NOT taken (``data`` holds the stages of the unchanged state).
       NonFiniteError: the state or the cost is not finite; the step is NOT taken.
+      ParameterError: a qpos/qvel entry beyond 1e10 (MuJoCo would reset it); the step is NOT taken.
     """
     if solver is None:
         solver = GDDSolver(model)
@@ -652,10 +654,16 @@ def gdd_step(model: mujoco.MjModel, data: mujoco.MjData, cost: Cost | Accelerati
     if not (np.isfinite(data.qpos).all() and np.isfinite(data.qvel).all()):
         # checked here: mj_step1 would silently reset a non-finite state
         raise NonFiniteError("state (qpos/qvel) is not finite; not stepping")
+    check_state_range(model, data)  # likewise a state beyond 1e10 (mjMAXVAL)
+    before = reset_warnings(data)
     mujoco.mj_step1(model, data)
     result = solver.solve(data, cost, compute_stages=False)
     solver.apply(data, result)
     mujoco.mj_step2(model, data)
+    reset = new_reset_warnings(data, before)
+    if reset:
+        raise SimulationError(f"the simulation diverged: MuJoCo found {'/'.join(reset)} non-finite or "
+                              "beyond 1e10 in this step and reset the state to qpos0")
     result.qacc_forward = data.qacc.copy()
     diff = result.qacc - result.qacc_forward
     result.physics_violation = math.sqrt(float(diff.dot(diff)))
