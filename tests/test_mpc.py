@@ -75,6 +75,9 @@ def test_update_period_spaces_updates(acrobot):
     res = run_mpc(RecordingPlanner(acrobot.nu), acrobot, d,
                   MPCSettings(duration=0.1, lag=0.0, update_period=0.02))
     assert len(res.updates) == 5
+    # the achieved rate counts applied updates per simulated second: 5 in 0.1 s = 50 Hz
+    assert res.replan_hz == pytest.approx(50.0, rel=0.05)
+    assert res.summary()["replan_hz"] == pytest.approx(50.0, rel=0.05)
 
 
 def test_failed_and_nan_updates_keep_the_last_good_policy(acrobot):

@@ -189,7 +189,8 @@ _RUNNERS: dict = {}
 def run_bench_unit(unit: BenchUnit) -> dict:
     """Run one :class:`BenchUnit` (in a worker or here): ``{"kind": None | "fell" | "timeout" |
     "error: …", "time_to_success": s | None, "update_ms": ms | None, "mode": str | None,
-    "wall_s": wall seconds, including building the pair's runner the first time}``."""
+    "replan_hz": updates applied per simulated second | None, "wall_s": wall seconds, including
+    building the pair's runner the first time}``."""
     t0 = time.perf_counter()
     key = (unit.task, unit.planner, unit.deterministic, unit.calibration_seed, unit.lag)
     if key not in _RUNNERS:
@@ -199,7 +200,7 @@ def run_bench_unit(unit: BenchUnit) -> dict:
         except ContactoptError as exc:
             _RUNNERS[key] = (None, f"error: {exc}")
     runner, error = _RUNNERS[key]
-    out = {"kind": error, "time_to_success": None, "update_ms": None, "mode": None}
+    out = {"kind": error, "time_to_success": None, "update_ms": None, "mode": None, "replan_hz": None}
     if runner is not None:
         try:
             report = runner(unit.seed)
@@ -210,6 +211,8 @@ def run_bench_unit(unit: BenchUnit) -> dict:
             if report.get("success") and report.get("time_to_success") is not None:
                 out["time_to_success"] = float(report["time_to_success"])
             out["update_ms"] = update_ms(report)
+            if report.get("replan_hz") is not None:
+                out["replan_hz"] = float(report["replan_hz"])
             if report.get("mode"):
                 out["mode"] = run_mode(report)
     out["wall_s"] = time.perf_counter() - t0
@@ -219,7 +222,7 @@ def run_bench_unit(unit: BenchUnit) -> dict:
 def _pair_row(name: str, planner: str, seeds: range, outcomes: list[dict]) -> dict:
     """The row of one pair from its units' outcomes (:func:`run_bench_unit`, seed order)."""
     failures: dict[str, int] = {}
-    tts, ms, modes = [], [], set()
+    tts, ms, hz, modes = [], [], [], set()
     successes = 0
     for o in outcomes:
         if o["kind"] is None:
@@ -230,6 +233,8 @@ def _pair_row(name: str, planner: str, seeds: range, outcomes: list[dict]) -> di
             failures[o["kind"]] = failures.get(o["kind"], 0) + 1
         if o["update_ms"] is not None:
             ms.append(o["update_ms"])
+        if o.get("replan_hz") is not None:
+            hz.append(o["replan_hz"])
         if o["mode"]:
             modes.add(o["mode"])
     return {
@@ -237,6 +242,7 @@ def _pair_row(name: str, planner: str, seeds: range, outcomes: list[dict]) -> di
         "successes": successes, "success_rate": successes / len(seeds),
         "time_to_success_median": float(np.median(tts)) if tts else None,
         "update_ms_median": float(np.median(ms)) if ms else None,
+        "replan_hz_median": float(np.median(hz)) if hz else None,
         "failures": failures, "mode": "/".join(sorted(modes)) or None,
         "wall_s": round(sum(o["wall_s"] for o in outcomes), 1),
     }
@@ -320,7 +326,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
 
     Returns:
       ``{"rows": [{"task", "planner", "seeds", "successes", "success_rate",
-      "time_to_success_median", "update_ms_median", "failures", "mode", "wall_s"}, ...],
+      "time_to_success_median", "update_ms_median", "replan_hz_median", "failures", "mode",
+      "wall_s"}, ...],
       "load": "one core busy" | "none" (the bench's own load process), "cpu_count": int,
       "loadavg_1min": {"start", "end"}}`` (the machine's load average, other processes included:
       a measured-lag rate means little without it).
@@ -375,7 +382,7 @@ def table(result: dict) -> str:
     text = format_table(rows, [
         ("task", "task", "{}"), ("planner", "planner", "{}"), ("seeds", "seeds", "{}"), ("rate", "success", "{}"),
         ("time_to_success_median", "t success [s]", "{:.2f}"), ("update_ms_median", "update ms", "{:.1f}"),
-        ("mode", "mode", "{}"), ("fails", "failures", "{}"),
+        ("replan_hz_median", "replan Hz", "{:.0f}"), ("mode", "mode", "{}"), ("fails", "failures", "{}"),
     ])
     la = result.get("loadavg_1min") or {}
     return text + (f"\nload process: {result['load']}; {result['cpu_count']} cores; 1-min load average "

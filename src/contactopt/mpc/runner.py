@@ -234,6 +234,13 @@ class MPCResult:
         """Simulated milliseconds from the planned-from state to application, per applied update."""
         return np.array([(u.t_apply - u.t_state) * 1e3 for u in self.updates if u.t_apply is not None])
 
+    @property
+    def replan_hz(self) -> float:
+        """Planner updates applied to the plant per simulated second (the achieved MPC rate, as
+        opposed to the compute rate ``1000 / iteration_ms``): ``n_applied / simulated_time``."""
+        applied = sum(u.t_apply is not None for u in self.updates)
+        return applied / self.simulated_time if self.simulated_time > 0 else 0.0
+
     def breakdown_ms(self) -> dict[str, float]:
         """Median wall milliseconds per update of each phase of the planner's breakdown."""
         keys = sorted({k for u in self.updates for k in u.breakdown})
@@ -253,6 +260,7 @@ class MPCResult:
             "iteration_ms_p95": float(np.percentile(it, 95)) if it.size else None,
             "policy_lag_ms": float(np.median(lag)) if lag.size else None,
             "realtime_factor": float(self.realtime_factor),
+            "replan_hz": round(float(self.replan_hz), 2),
             "updates": len(self.updates),
             "failed_updates": self.failed_updates,
             "fallback_controls": self.fallback_controls,
