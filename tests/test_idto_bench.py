@@ -159,7 +159,7 @@ def test_speedup_verdict_and_ratio_text():
 
 def test_registered_with_plots_option():
     bench = get_benchmark("idto")
-    assert bench.options == ("plots",) and bench.run is ib.run
+    assert bench.options == ("plots", "horizon_sweep") and bench.run is ib.run
     assert {t.name for t in ib.idto_tasks()} >= {"spinner", "hopper", "acrobot"}
     assert [t.name for t in ib.idto_tasks(["acrobot"])] == ["acrobot"]
 
@@ -174,6 +174,9 @@ def test_registered_with_plots_option():
     (lambda: ib.generic_least_squares(None, None, 1.0, time_limit=0.0), "time_limit must be positive"),
     (lambda: ib.generic_least_squares(None, None, math.nan), "target_cost must be finite"),
     (lambda: ib.mpc_rate(ACROBOT, updates=0), "updates must be a positive integer"),
+    (lambda: ib.horizon_sweep([ACROBOT], (1, 10)), "at least 2 steps"),
+    (lambda: ib.horizon_sweep([ACROBOT], (), iterations=2), "at least 2 steps"),
+    (lambda: ib.horizon_sweep([ACROBOT], (10,), iterations=0), "iterations must be >= 1"),
 ])
 def test_bad_input(call, words):
     with pytest.raises(ParameterError, match=words):
@@ -193,3 +196,40 @@ def test_cli_quick_json_and_unknown_task(tmp_path):
     assert bad.returncode == 1
     assert bad.stderr.startswith("contactopt: error: ") and "no IDTO task named nope" in bad.stderr
     assert "spinner" in bad.stderr  # lists the tasks there are
+
+
+def test_growth_exponent_recovers_a_power_law():
+    T = np.array([10, 20, 40, 80])
+    assert ib.growth_exponent(T, 0.3 * T ** 3.0) == pytest.approx(3.0)
+    assert ib.growth_exponent(T, 2.0 * T) == pytest.approx(1.0)
+    assert ib.growth_exponent([10, 20], [1.0, math.nan]) is None  # fewer than two usable points
+    assert ib.growth_exponent([10], [1.0]) is None
+
+
+def test_horizon_sweep_rows_fits_and_cli(tmp_path):
+    """Fig. 4's data: one row per (task, method, horizon) with the solver's own timing, a fit per
+    (task, method); the CLI's --horizon-sweep prints them as JSON and writes the plot."""
+    rows, fits = ib.horizon_sweep([ACROBOT], (4, 8, 16), iterations=2)
+    assert [(r["method"], r["horizon"]) for r in rows] == [
+        (m, T) for T in (4, 8, 16) for m in ("penalty", "constrained")]
+    for r in rows:
+        assert r["task"] == "acrobot" and r["ms_per_iteration"] > 0 and math.isfinite(r["ms_per_iteration"])
+        assert r["horizon_s"] == pytest.approx(r["horizon"] * ACROBOT.time_step)
+    assert {f["method"] for f in fits} == {"penalty", "constrained"}
+    for f in fits:
+        mine = [r for r in rows if r["method"] == f["method"]]
+        assert f["exponent"] == pytest.approx(ib.growth_exponent(
+            [r["horizon"] for r in mine], [r["ms_per_iteration"] for r in mine]))
+    env = {**os.environ, "CONTACTOPT_IDTO_BENCH_QUICK": "1"}
+    proc = subprocess.run([sys.executable, "-m", "contactopt", "bench", "idto", "--horizon-sweep", "--model",
+                           "acrobot", "--json", "--plots", str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert {r["horizon"] for r in result["horizon_sweep"]} == set(ib.SWEEP_HORIZONS[:3])
+    assert {(f["task"], f["method"]) for f in result["horizon_fit"]} == {("acrobot", "penalty"),
+                                                                        ("acrobot", "constrained")}
+    assert (tmp_path / "idto_horizon_sweep.png").stat().st_size > 10_000
+    other = subprocess.run([sys.executable, "-m", "contactopt", "bench", "tasks", "--horizon-sweep"],
+                           capture_output=True, text=True, timeout=60)
+    assert other.returncode == 1 and "has no horizon sweep" in other.stderr

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="interleaved pairs of timed blocks behind each ratio (bench contact/gdd/noise; "
                         "default 11, at least 5)")
+    b.add_argument("--horizon-sweep", action="store_true",
+                   help="bench idto: only time per iteration against horizon, both underactuation "
+                        "methods, with the fitted growth exponent (the IDTO paper's Fig. 4)")
     b.add_argument("--records", type=int, default=None, metavar="N",
                    help="states per model in the recorded dataset (bench gdd; default 20000)")
     b.set_defaults(func=cmd_bench)
@@ -314,7 +317,8 @@ def cmd_bench(args) -> int:
     for name, doing in (("seeds", "runs no seeded tasks"), ("records", "records no dataset"),
                         ("tasks", "takes no task list"), ("planner", "takes no planner"),
                         ("load", "has no load condition"), ("deterministic", "has no lag to fix"),
-                        ("lag", "has no lag to fix"), ("repeats", "reports no timing ratio")):
+                        ("lag", "has no lag to fix"), ("repeats", "reports no timing ratio"),
+                        ("horizon_sweep", "has no horizon sweep")):
         value = getattr(args, name)
         if value is None or value is False:
             continue

@@ -12,7 +12,7 @@ builds it, the problem's Jacobian workers set to ``os.cpu_count()``:
    underactuation — ``"penalty"`` and ``"constrained"`` (Lagrange multipliers) — recording the
    cost and the constraint violation ``max_t ‖Zᵀτ_t‖∞`` per iteration.  ``--plots DIR`` writes
    ``DIR/idto_convergence_<task>.png`` (cost and violation against iteration, log scale).
-2. **Time per iteration** (the paper's Fig. 4): medians over those iterations (the ones that
+2. **Time per iteration and its breakdown** (the paper's Fig. 5): medians over those iterations (those that
    linearized; a rejected step's retry only evaluates a trial point) of the
    :class:`~contactopt.solvers.idto.IDTOIterationLog` times — ``derivatives`` (residual + Jacobian),
    ``hessian`` (Gauss–Newton assembly and scaling), ``factorization`` (banded Cholesky,
@@ -37,6 +37,15 @@ builds it, the problem's Jacobian workers set to ``os.cpu_count()``:
    Each is capped at ``generic_time_factor`` × our time (and ``generic_max_seconds``); one that
    does not reach the cost is reported as such, its ratio a lower bound (``≥``).
    ``scipy_time_ratio`` = scipy time / our time, likewise ``mujoco_minimize_time_ratio``.
+
+**Horizon sweep (the paper's Fig. 4; ``--horizon-sweep``, run instead of 1–4).** Time per
+iteration against the planning horizon ``T`` (steps) for both treatments of underactuation on
+the quadruped and the hand (or the tasks named with ``--model``): :func:`horizon_sweep` solves
+each task's open-loop problem for a few iterations at every horizon of :data:`SWEEP_HORIZONS`
+and fits the growth exponent ``p`` of ``ms ≈ c·Tᵖ`` (least squares in log–log).  The paper:
+linear in ``T`` for the penalty method (banded Cholesky of the block-tridiagonal Hessian),
+cubic for Lagrange multipliers solved with dense algebra.  ``--plots DIR`` writes
+``DIR/idto_horizon_sweep.png``.
 
 Targets (issue 5): MPC rate spinner ≥ 200 Hz, hopper ≥ 100 Hz, quadruped ≥ 60 Hz,
 hand-ball ≥ 10 Hz, bimanual-box ≥ 20 Hz (other tasks: their ``rate_target_hz``); ≥ 10× faster
@@ -65,6 +74,7 @@ from ..solvers.idto._blas import single_threaded_blas
 from . import Benchmark, format_table, register_benchmark
 
 __all__ = ["run", "table", "idto_tasks", "benchmark_task", "open_loop_problem", "convergence",
+           "horizon_sweep", "growth_exponent", "plot_horizon_sweep", "SWEEP_HORIZONS", "SWEEP_TASKS",
            "iteration_breakdown", "our_solve_time", "generic_least_squares", "mpc_rate",
            "plot_convergence", "MPC_TARGETS_HZ", "SPEEDUP_TARGET", "SETTINGS",
            "QUICK_SETTINGS"]
@@ -94,6 +104,16 @@ SETTINGS = dict(convergence_iterations=30, compare_iterations=10, mpc_updates=20
 QUICK_SETTINGS = dict(convergence_iterations=8, compare_iterations=10, mpc_updates=5,
                       mpc_initial_iterations=5, generic_time_factor=12.0, generic_max_seconds=10.0,
                       generic_max_iterations=500, horizon=8)
+
+
+#: planning horizons (steps) of the horizon sweep, and the tasks it runs by default (the paper's
+#: Fig. 4 shows the quadruped and the Allegro hand); ``quick`` runs use the first three horizons.
+#: The growth exponents are fitted over all horizons and over the last three (the asymptotic
+#: regime: at short horizons the derivatives, linear in T, dominate both methods)
+SWEEP_HORIZONS = (10, 20, 40, 80, 160, 320)
+SWEEP_TASKS = ("quadruped", "hand-ball")
+#: iterations per (task, horizon, method) point of the sweep (their median time is the point)
+SWEEP_ITERATIONS = 6
 
 
 # --------------------------------------------------------------------------- tasks and problems
@@ -495,6 +515,115 @@ def plot_convergence(task_name: str, conv: dict, path) -> None:
     save_figure(fig, path)
 
 
+# --------------------------------------------------------------------------- horizon sweep (Fig. 4)
+
+
+def growth_exponent(horizons, ms) -> float | None:
+    """Exponent ``p`` of ``ms ≈ c·Tᵖ``: the least-squares slope of ``log ms`` against ``log T``.
+
+    Args:
+      horizons: ``(k,)`` horizons ``T`` (steps, > 0); ms: ``(k,)`` milliseconds per iteration.
+
+    Returns:
+      The slope, or None with fewer than two finite positive points.
+    """
+    T = np.asarray(horizons, dtype=float)
+    y = np.asarray(ms, dtype=float)
+    ok = np.isfinite(T) & np.isfinite(y) & (T > 0) & (y > 0)
+    if ok.sum() < 2:
+        return None
+    slope, _ = np.polyfit(np.log(T[ok]), np.log(y[ok]), 1)
+    return float(slope)
+
+
+def horizon_sweep(tasks, horizons=SWEEP_HORIZONS, *, iterations: int = SWEEP_ITERATIONS, methods=METHODS,
+                  workers: int | None = None, progress_cb=None) -> tuple[list[dict], list[dict]]:
+    """Time per iteration against the planning horizon, per underactuation treatment (Fig. 4).
+
+    For every task and horizon ``T`` the task's open-loop problem from seed 0
+    (:func:`open_loop_problem` with ``horizon=T``) is solved for ``iterations`` iterations with
+    each method; the point is the median wall time of the iterations that linearized
+    (:func:`iteration_breakdown`).
+
+    Args:
+      tasks: :class:`~contactopt.tasks.idto_tasks.IDTOTask` s.
+      horizons: horizons in steps (each ≥ 2).
+      iterations: iterations per point (all run; no convergence test).
+      methods: subset of ``("penalty", "constrained")``.
+      workers: Jacobian threads (default ``os.cpu_count()``).
+      progress_cb: called once per (task, horizon).
+
+    Returns:
+      ``(rows, fits)``: rows ``{"task", "method", "horizon", "horizon_s", "nv", "ms_per_iteration",
+      "factorization_ms"}``; fits ``{"task", "method", "exponent", "exponent_long",
+      "factorization_exponent", "factorization_exponent_long"}`` from :func:`growth_exponent` over
+      all the task's horizons and (``*_long``) over the longest three.
+    """
+    from ..solvers.idto import IDTOSolver
+
+    horizons = [int(T) for T in horizons]
+    if not horizons or min(horizons) < 2:
+        raise ParameterError(f"horizon sweep: horizons must be at least 2 steps, got {horizons}")
+    if int(iterations) < 1:
+        raise ParameterError(f"horizon sweep: iterations must be >= 1, got {iterations}")
+    rows, fits = [], []
+    for task in tasks:
+        task_rows = []
+        for T in horizons:
+            planner, q_guess = open_loop_problem(task, workers=workers, horizon=T)
+            try:
+                for method in methods:
+                    res = IDTOSolver(planner.problem, _options(planner, method)).solve(
+                        q_guess, max_iterations=int(iterations))
+                    b = iteration_breakdown(res.log)
+                    task_rows.append({"task": task.name, "method": method, "horizon": T,
+                                      "horizon_s": float(T * planner.problem.h), "nv": int(planner.problem.nv),
+                                      "ms_per_iteration": b["iteration_ms"],
+                                      "factorization_ms": b["factorization_ms"]})
+            finally:
+                planner.problem.close()
+            if progress_cb is not None:
+                progress_cb()
+        for method in methods:
+            mine = [r for r in task_rows if r["method"] == method]
+            T = [r["horizon"] for r in mine]
+            ms = [r["ms_per_iteration"] for r in mine]
+            fac = [r["factorization_ms"] for r in mine]
+            fits.append({"task": task.name, "method": method,
+                         "exponent": growth_exponent(T, ms), "exponent_long": growth_exponent(T[-3:], ms[-3:]),
+                         "factorization_exponent": growth_exponent(T, fac),
+                         "factorization_exponent_long": growth_exponent(T[-3:], fac[-3:])})
+        rows.extend(task_rows)
+    return rows, fits
+
+
+def plot_horizon_sweep(rows: list[dict], fits: list[dict], path) -> None:
+    """The paper's Fig. 4: milliseconds per iteration against horizon (log–log), one panel per
+    task, one line per method, the fitted exponent in the legend.  ``path``: PNG (atomic write)."""
+    from ..plots import new_figure, save_figure
+
+    names = list(dict.fromkeys(r["task"] for r in rows))
+    fig, axes = new_figure(len(names), row_height=2.6)
+    styles = {"penalty": ("tab:blue", "penalty"), "constrained": ("tab:orange", "Lagrange multipliers")}
+    for ax, name in zip(axes[:, 0], names):
+        for method, (color, label) in styles.items():
+            mine = [r for r in rows if r["task"] == name and r["method"] == method and r["ms_per_iteration"]]
+            if not mine:
+                continue
+            fit = next((f for f in fits if f["task"] == name and f["method"] == method), {})
+            p = fit.get("exponent_long")
+            ax.plot([r["horizon"] for r in mine], [r["ms_per_iteration"] for r in mine], "o-", color=color,
+                    lw=1.5, label=f"{label} (ms ∝ T^{p:.2f} over the longest three)" if p is not None else label)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(f"IDTO time per iteration against horizon: {name}")
+        ax.set_ylabel("ms / iteration")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8, loc="upper left")
+    axes[-1, 0].set_xlabel("horizon T [steps]")
+    save_figure(fig, path)
+
+
 # --------------------------------------------------------------------------- bench
 
 
@@ -601,7 +730,7 @@ def benchmark_task(task, *, settings: dict | None = None, plots=None, progress_c
 
 
 def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plots=None,
-        quick: bool | None = None, **settings) -> dict:
+        quick: bool | None = None, horizon_sweep: bool = False, **settings) -> dict:
     """Run the benchmark on the IDTO tasks (or those named in ``models``).
 
     Args:
@@ -613,11 +742,15 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
       quick: :data:`QUICK_SETTINGS` (short horizons, few iterations) instead of :data:`SETTINGS`;
         None: quick when the environment variable ``CONTACTOPT_IDTO_BENCH_QUICK`` is ``1``
         (so that ``contactopt bench idto`` can be run quickly from tests).
+      horizon_sweep: run only the horizon sweep (the paper's Fig. 4, :func:`horizon_sweep`) on
+        ``models`` (default :data:`SWEEP_TASKS`); quick: the first three horizons, 3 iterations.
       settings: overrides of individual knobs of :data:`SETTINGS`.
 
     Returns:
       ``{"tasks": [row, ...], "quick", "settings", "cpu_count", "blas_threads_limited", "targets"}``
-      with rows as :func:`benchmark_task`.
+      with rows as :func:`benchmark_task`; with ``horizon_sweep``: ``{"tasks": [], "horizon_sweep":
+      [row, ...], "horizon_fit": [fit, ...], "plot", "quick", "cpu_count", "blas_threads_limited"}``
+      with rows and fits as :func:`horizon_sweep`.
 
     Raises:
       ParameterError: unknown task names or settings, ``plots`` not a directory.
@@ -632,6 +765,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
     bad = set(s) - set(SETTINGS)
     if bad:
         raise ParameterError(f"unknown IDTO bench setting(s): {', '.join(sorted(bad))}")
+    if horizon_sweep:
+        return _run_horizon_sweep(models, progress=progress, plots=plots, quick=quick)
     tasks = idto_tasks(models)
     if not tasks:
         raise ParameterError("no IDTO task is registered")
@@ -645,6 +780,39 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
             "targets": {"mpc_hz": MPC_TARGETS_HZ, "speedup_vs_generic": SPEEDUP_TARGET}}
 
 
+def _run_horizon_sweep(models, *, progress, plots, quick: bool) -> dict:
+    tasks = idto_tasks(models or SWEEP_TASKS)
+    horizons = SWEEP_HORIZONS[:3] if quick else SWEEP_HORIZONS
+    iterations = 3 if quick else SWEEP_ITERATIONS
+    with progress_bar(total=len(tasks) * len(horizons), desc="bench idto --horizon-sweep", unit="point",
+                      enable=progress) as bar, single_threaded_blas() as limited:
+        rows, fits = horizon_sweep(tasks, horizons, iterations=iterations, progress_cb=lambda: bar.update(1))
+    plot = None
+    if plots is not None:
+        plot = str(Path(plots) / "idto_horizon_sweep.png")
+        plot_horizon_sweep(rows, fits, plot)
+    return {"tasks": [], "horizon_sweep": rows, "horizon_fit": fits, "plot": plot, "quick": bool(quick),
+            "iterations_per_point": iterations, "cpu_count": os.cpu_count(), "blas_threads_limited": limited}
+
+
+def _horizon_table(result: dict) -> str:
+    rows = []
+    for f in result["horizon_fit"]:
+        pts = [r for r in result["horizon_sweep"] if r["task"] == f["task"] and r["method"] == f["method"]]
+        rows.append({"task": f["task"], "method": f["method"],
+                     "points": "  ".join(f"T={r['horizon']}: {r['ms_per_iteration']:.1f}" for r in pts),
+                     "p": f["exponent"], "pl": f["exponent_long"], "pfl": f["factorization_exponent_long"]})
+    body = format_table(rows, [("task", "task", "{}"), ("method", "method", "{}"),
+                               ("points", "ms per iteration at horizon T (steps)", "{}"),
+                               ("p", "exponent", "{:.2f}"), ("pl", "longest 3", "{:.2f}"),
+                               ("pfl", "factorization, longest 3", "{:.2f}")])
+    head = (f"IDTO horizon sweep (the paper's Fig. 4): median ms per iteration over "
+            f"{result['iterations_per_point']} iterations, {result['cpu_count']} cores; exponent p of ms ≈ c·T^p "
+            "(paper: 1 for the penalty method, 3 for Lagrange multipliers with dense algebra)")
+    notes = [f"plot {result['plot']}"] if result.get("plot") else []
+    return "\n".join([head, body, *notes])
+
+
 def _fmt_ratio(ratio, generic) -> str:
     if ratio is None:
         return "-"
@@ -656,7 +824,10 @@ def _fmt_ratio(ratio, generic) -> str:
 
 
 def table(result: dict) -> str:
-    """One row per task: iteration time and breakdown, MPC rate vs target, generic-solver ratios."""
+    """One row per task: iteration time and breakdown, MPC rate vs target, generic-solver ratios
+    (with ``horizon_sweep``: one row per task and method, its times and fitted exponent)."""
+    if "horizon_sweep" in result:
+        return _horizon_table(result)
     rows = []
     for r in result["tasks"]:
         rows.append({
@@ -719,4 +890,4 @@ def table(result: dict) -> str:
 register_benchmark(Benchmark(
     "idto",
     "IDTO: convergence (penalty vs multipliers), iteration time, MPC rate, vs generic least squares",
-    run, table, ("plots",)))
+    run, table, ("plots", "horizon_sweep")))
