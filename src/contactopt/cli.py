@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MPC planners: model error, plant masses × this (planner keeps the nominal model)")
     r.add_argument("--friction-scale", type=float, default=None,
                    help="MPC planners: model error, plant friction × this")
+    r.add_argument("--gain-scale", type=float, default=None,
+                   help="MPC planners: model error, plant actuator forces × this")
+    r.add_argument("--latency", type=float, default=None, metavar="SECONDS",
+                   help="MPC planners, sync mode: extra delay before each plan is applied that the "
+                        "planner is not told about")
     r.set_defaults(func=cmd_run)
 
     # --- gui subcommand (contactopt.gui): begin ---
@@ -328,7 +333,7 @@ def cmd_bench(args) -> int:
             from .bench.tasks_bench import parse_seed_range
 
             seeds = parse_seed_range(value)
-            if bench.name != "tasks":  # the planner benchmarks take a count of seeds from 0
+            if bench.name not in ("tasks", "robustness"):  # the planner benchmarks take a count of seeds from 0
                 if seeds.start != 0:
                     raise ParameterError(f"bench {bench.name} takes a count of seeds (--seeds N), got {value!r}")
                 value = len(seeds)
@@ -394,9 +399,14 @@ def _check_run_args(args) -> None:
         raise ParameterError("--lag applies to --mode sync (async mode measures the lag)")
     if args.deterministic and (args.lag is not None or args.mode == "async"):
         raise ParameterError("--deterministic fixes the sync-mode lag itself; it excludes --lag and --mode async")
-    for flag, value in (("--mass-scale", args.mass_scale), ("--friction-scale", args.friction_scale)):
+    for flag, value in (("--mass-scale", args.mass_scale), ("--friction-scale", args.friction_scale),
+                        ("--gain-scale", args.gain_scale)):
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ParameterError(f"{flag} must be a positive number, got {value}")
+    if args.latency is not None and not (math.isfinite(args.latency) and args.latency >= 0):
+        raise ParameterError(f"--latency must be a number of seconds >= 0, got {args.latency}")
+    if args.latency and args.mode == "async":
+        raise ParameterError("--latency applies to --mode sync (async runs have their real latency)")
 
 
 def _parse_settings(items) -> dict:
@@ -476,7 +486,8 @@ def cmd_run_file(args, task=None, default_planner: str = "ilqg") -> int:
     _check_run_args(args)
     pushes = [_parse_push(text) for text in args.push or ()]
     common = dict(mode=args.mode or "sync", slowdown=args.slowdown or 1.0, mass_scale=args.mass_scale or 1.0,
-                  friction_scale=args.friction_scale or 1.0, settings=settings)
+                  friction_scale=args.friction_scale or 1.0, gain_scale=args.gain_scale or 1.0,
+                  latency=args.latency or 0.0, settings=settings)
     lag, lag_note = args.lag, None
     if args.deterministic:
         from .mpc.calibration import CALIBRATION_SECONDS, calibrated_lag
@@ -529,7 +540,8 @@ def cmd_run(args) -> int:
     runner = spec.runner(args.planner)
     _check_run_args(args)
     options = {k: v for k, v in (("mode", args.mode), ("slowdown", args.slowdown), ("lag", args.lag),
-                                 ("mass_scale", args.mass_scale), ("friction_scale", args.friction_scale))
+                                 ("mass_scale", args.mass_scale), ("friction_scale", args.friction_scale),
+                                 ("gain_scale", args.gain_scale), ("latency", args.latency))
                if v is not None}
     if args.push:
         options["pushes"] = [_parse_push(text) for text in args.push]

@@ -19,10 +19,11 @@ from .runner import (
     Push,
     UpdateRecord,
     find_min_slowdown,
+    model_error,
     perturb_model,
     run_mpc,
 )
 
 __all__ = ["run_mpc", "MPCSettings", "MPCResult", "Planner", "PlannerUpdate", "UpdateRecord", "Push",
-           "perturb_model", "find_min_slowdown", "ILQGPlanner", "IDTOPlanner", "IDTOPolicy", "Policy", "TrajectoryPolicy",
+           "perturb_model", "model_error", "find_min_slowdown", "ILQGPlanner", "IDTOPlanner", "IDTOPolicy", "Policy", "TrajectoryPolicy",
            "ConstantPolicy"]

@@ -124,6 +124,9 @@ class MPCSettings:
       stop_on_success: end the run once the task has succeeded (after ``success_hold``).
       stop_on_failure: end the run at the first failure (the ``failure`` test of :func:`run_mpc`).
       max_failed_updates: consecutive failed updates after which the run stops with an error.
+      added_latency: sync mode: extra simulated seconds (≥ 0) between a plan and its application
+        that the planner is not told about (its lag compensation sees only ``lag``): a model
+        error of the loop, e.g. sensing and actuation delays, for robustness runs.
     """
 
     duration: float
@@ -137,6 +140,7 @@ class MPCSettings:
     stop_on_success: bool = False
     stop_on_failure: bool = False
     max_failed_updates: int = 1000
+    added_latency: float = 0.0
 
     def __post_init__(self):
         if not (isinstance(self.duration, (int, float)) and math.isfinite(self.duration)
@@ -149,12 +153,14 @@ class MPCSettings:
                 raise ParameterError(f"lag must be seconds >= 0 or 'measured', got {self.lag!r}")
         elif not (math.isfinite(self.lag) and self.lag >= 0):
             raise ParameterError(f"lag must be seconds >= 0 or 'measured', got {self.lag!r}")
-        for name in ("update_period", "slowdown", "success_hold"):
+        for name in ("update_period", "slowdown", "success_hold", "added_latency"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ParameterError(f"{name} must be a finite number >= 0, got {v!r}")
         if not (math.isfinite(self.record_period) and self.record_period > 0):
             raise ParameterError(f"record_period must be positive, got {self.record_period!r}")
+        if self.added_latency > 0 and self.mode != "sync":
+            raise ParameterError("added_latency is a sync-mode setting (async runs have their real latency)")
         if self.mode == "sync" and self.lag == "measured" and self.slowdown <= 0:
             raise ParameterError("lag='measured' needs slowdown > 0")
         for p in self.pushes:
@@ -276,29 +282,66 @@ class MPCResult:
 
 
 def perturb_model(model: mujoco.MjModel, *, mass_scale: float = 1.0, friction_scale: float = 1.0,
-                  timestep: float | None = None) -> mujoco.MjModel:
+                  gain_scale: float = 1.0, timestep: float | None = None) -> mujoco.MjModel:
     """A copy of ``model`` with model errors for robustness runs.
 
     Args:
       mass_scale: every body's mass and inertia multiplied by this (> 0).
       friction_scale: every geom's friction coefficients multiplied by this (> 0).
+      gain_scale: every actuator's force multiplied by this (> 0): the first three gain and bias
+        parameters of fixed/affine actuators (motors, position and velocity servos), so
+        ``force = s·(gain·ctrl + bias)``; a servo keeps its set point and its stiffness scales.
       timestep: new ``opt.timestep`` (s, > 0), or None to keep it.
 
     Returns:
       a new ``MjModel`` (the argument is unchanged).
+
+    Raises:
+      ParameterError: a scale that is not a positive number; ``gain_scale`` ≠ 1 on a model with a
+        muscle or user-defined actuator (whose parameters are not a force scale).
     """
-    for name, v in (("mass_scale", mass_scale), ("friction_scale", friction_scale)):
-        if not (math.isfinite(v) and v > 0):
+    for name, v in (("mass_scale", mass_scale), ("friction_scale", friction_scale), ("gain_scale", gain_scale)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
             raise ParameterError(f"{name} must be a positive number, got {v!r}")
     m = model.__copy__()
     m.body_mass[:] *= mass_scale
     m.body_inertia[:] *= mass_scale
     m.geom_friction[:] *= friction_scale
+    if gain_scale != 1.0:
+        linear = (int(mujoco.mjtGain.mjGAIN_FIXED), int(mujoco.mjtGain.mjGAIN_AFFINE))
+        biases = (int(mujoco.mjtBias.mjBIAS_NONE), int(mujoco.mjtBias.mjBIAS_AFFINE))
+        for i in range(m.nu):
+            if int(m.actuator_gaintype[i]) not in linear or int(m.actuator_biastype[i]) not in biases:
+                name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, i) or f"#{i}"
+                raise ParameterError(f"gain_scale: actuator {name} is not a motor or servo (muscle or "
+                                     "user gain/bias); its force cannot be scaled")
+        m.actuator_gainprm[:, :3] *= gain_scale
+        m.actuator_biasprm[:, :3] *= gain_scale
     if timestep is not None:
         if not (math.isfinite(timestep) and timestep > 0):
             raise ParameterError(f"timestep must be positive, got {timestep!r}")
         m.opt.timestep = float(timestep)
     return m
+
+
+def model_error(mass_scale: float = 1.0, friction_scale: float = 1.0, gain_scale: float = 1.0,
+                latency: float = 0.0) -> dict:
+    """The plant's model errors of a run as its report gives them: the entries that differ from
+    the nominal (1 for the scales, 0 s for ``latency``); ``{}`` for a nominal run.
+
+    Raises:
+      ParameterError: a scale that is not a positive number, a latency that is not ≥ 0 s.
+    """
+    for name, v in (("mass_scale", mass_scale), ("friction_scale", friction_scale), ("gain_scale", gain_scale)):
+        if isinstance(v, bool) or not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ParameterError(f"{name} must be a positive number, got {v!r}")
+    if isinstance(latency, bool) or not (isinstance(latency, (int, float)) and math.isfinite(latency)
+                                         and latency >= 0):
+        raise ParameterError(f"latency must be seconds >= 0, got {latency!r}")
+    values = {"mass_scale": mass_scale, "friction_scale": friction_scale, "gain_scale": gain_scale,
+              "latency": latency}
+    nominal = {"latency": 0.0}
+    return {k: float(v) for k, v in values.items() if v != nominal.get(k, 1.0)}
 
 
 class _Plant:
@@ -489,10 +532,11 @@ def _run_sync(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSetti
             upd = _check_update(planner.update(t, plant.state()))
             lag = upd.compute_time / s.slowdown if s.lag == "measured" else float(s.lag)
             ok = upd.policy is not None
-            updates.append(UpdateRecord(t, t + lag if ok else None, upd.compute_time, upd.cost, upd.iterations,
+            delay = lag + s.added_latency  # the planner observes only ``lag`` (below)
+            updates.append(UpdateRecord(t, t + delay if ok else None, upd.compute_time, upd.cost, upd.iterations,
                                         ok, upd.breakdown, upd.message))
             if ok:
-                pending.append((t + lag, len(updates) - 1, upd.policy))
+                pending.append((t + delay, len(updates) - 1, upd.policy))
                 _observe_lag(planner, lag)
                 failures = 0
             else:

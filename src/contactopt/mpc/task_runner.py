@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from .registry import make
-from .runner import MPCResult, MPCSettings, perturb_model, run_mpc
+from .runner import MPCResult, MPCSettings, model_error, perturb_model, run_mpc
 
 __all__ = ["TaskRun", "check_seed", "run_task", "save_trajectory"]
 
@@ -59,7 +59,8 @@ def _metric(task, plant):
 
 def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | None = None, mode: str = "sync",
              lag=None, slowdown: float = 1.0, pushes=(), mass_scale: float = 1.0, friction_scale: float = 1.0,
-             settings: dict | None = None, stop_on_success: bool = False) -> TaskRun:
+             gain_scale: float = 1.0, latency: float = 0.0, settings: dict | None = None,
+             stop_on_success: bool = False) -> TaskRun:
     """Run ``task`` closed loop with ``planner``.
 
     Args:
@@ -69,7 +70,10 @@ def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | Non
       seconds: simulated duration (default ``task.duration``).
       mode, lag, slowdown: :class:`~contactopt.mpc.MPCSettings` (lag default ``"measured"``).
       pushes: :class:`~contactopt.mpc.Push` es.
-      mass_scale, friction_scale: model error of the plant (the planner keeps the nominal model).
+      mass_scale, friction_scale, gain_scale: model error of the plant (the planner keeps the
+        nominal model; :func:`~contactopt.mpc.perturb_model`).
+      latency: extra seconds between each plan and its application that the planner is not told
+        about (:attr:`~contactopt.mpc.MPCSettings.added_latency`; sync mode).
       settings: planner options and ``weight.NAME`` overrides (``--set`` keys).
       stop_on_success: end the run once the success test has held.
 
@@ -82,8 +86,9 @@ def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | Non
         raise ParameterError(f"seconds must be a positive finite number, got {seconds}")
     nominal = task.load_plant()
     plant = nominal
-    if mass_scale != 1.0 or friction_scale != 1.0:
-        plant = perturb_model(nominal, mass_scale=mass_scale, friction_scale=friction_scale)
+    errors = model_error(mass_scale, friction_scale, gain_scale, latency)
+    if mass_scale != 1.0 or friction_scale != 1.0 or gain_scale != 1.0:
+        plant = perturb_model(nominal, mass_scale=mass_scale, friction_scale=friction_scale, gain_scale=gain_scale)
     # a duration whose recording would not fit in memory is refused before anything is allocated
     steps = seconds / plant.opt.timestep
     if steps > 1e8:
@@ -94,15 +99,16 @@ def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | Non
     if hasattr(p, "seed"):
         p.seed(seed)  # planners that sample draw from the run's seed
     mpc = MPCSettings(duration=seconds, mode=mode, lag="measured" if lag is None else lag, slowdown=slowdown,
-                      pushes=tuple(pushes), success_hold=task.success_hold, stop_on_success=stop_on_success)
+                      pushes=tuple(pushes), success_hold=task.success_hold, stop_on_success=stop_on_success,
+                      added_latency=latency)
     try:
         result = run_mpc(p, plant, data, mpc, success=task.success, metric=_metric(task, plant),
                          failure=task.failure)
     finally:
         p.close()
     report = {"task": task.name, "planner": planner, "seed": seed, **result.summary()}
-    if mass_scale != 1.0 or friction_scale != 1.0:
-        report["model_error"] = {"mass_scale": mass_scale, "friction_scale": friction_scale}
+    if errors:
+        report["model_error"] = errors
     if result.pushes:
         report["pushes"] = [{"time": q.time, "duration": q.duration, "body": q.body,
                              "force": [float(f) for f in q.force]} for q in result.pushes]

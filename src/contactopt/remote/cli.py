@@ -118,7 +118,7 @@ def run_remote(args) -> int:
         task, args.remote, token=token, tls_ca=args.tls_ca, planner=args.planner, settings=settings,
         seed=args.seed, seconds=args.seconds, mode=args.mode or "async", slowdown=args.slowdown or 1.0,
         pushes=tuple(_parse_push(p) for p in args.push or ()), mass_scale=args.mass_scale or 1.0,
-        friction_scale=args.friction_scale or 1.0)
+        friction_scale=args.friction_scale or 1.0, gain_scale=args.gain_scale or 1.0, latency=args.latency or 0.0)
     from ..mpc.outputs import plot_mpc, write_video
 
     if args.video is not None:
@@ -136,11 +136,14 @@ def run_remote(args) -> int:
 
 def remote_run(task, address: str, *, token=None, tls_ca=None, planner=None, settings=None, seed: int = 0,
                seconds=None, mode: str = "async", slowdown: float = 1.0, pushes=(), mass_scale: float = 1.0,
-               friction_scale: float = 1.0, stop_on_success: bool = False):
+               friction_scale: float = 1.0, gain_scale: float = 1.0, latency: float = 0.0,
+               stop_on_success: bool = False):
     """Run ``task`` closed loop with the plant here and the planner on the server at ``address``.
 
     The same run as :func:`contactopt.mpc.task_runner.run_task` (seeded initial state, the
-    task's success and failure tests) with a :class:`~contactopt.remote.client.RemotePlanner`.
+    task's success and failure tests) with a :class:`~contactopt.remote.client.RemotePlanner`;
+    ``mass_scale``, ``friction_scale``, ``gain_scale`` and ``latency`` (sync mode) are the plant's
+    model errors as in ``run_task``.
 
     Returns:
       ``(MPCResult, plant model, report)``; the report has the ``run`` keys and ``remote``
@@ -148,20 +151,21 @@ def remote_run(task, address: str, *, token=None, tls_ca=None, planner=None, set
     """
     import mujoco
 
-    from ..mpc.runner import MPCSettings, perturb_model, run_mpc
+    from ..mpc.runner import MPCSettings, model_error, perturb_model, run_mpc
     from ..mpc.task_runner import _metric, check_seed
     from .client import RemotePlanner
 
     seed = check_seed(seed)
     nominal = task.load_plant()
     plant = nominal
-    if mass_scale != 1.0 or friction_scale != 1.0:
-        plant = perturb_model(nominal, mass_scale=mass_scale, friction_scale=friction_scale)
+    errors = model_error(mass_scale, friction_scale, gain_scale, latency)
+    if mass_scale != 1.0 or friction_scale != 1.0 or gain_scale != 1.0:
+        plant = perturb_model(nominal, mass_scale=mass_scale, friction_scale=friction_scale, gain_scale=gain_scale)
     data = mujoco.MjData(plant)
     task.reset(plant, data, seed)
     seconds = task.duration if seconds is None else float(seconds)
     mpc = MPCSettings(duration=seconds, mode=mode, slowdown=slowdown, pushes=tuple(pushes),
-                      success_hold=task.success_hold, stop_on_success=stop_on_success)
+                      success_hold=task.success_hold, stop_on_success=stop_on_success, added_latency=latency)
     remote = RemotePlanner(address, token, tls_ca, planner=planner, settings=settings, seed=seed, model=nominal)
     try:
         result = run_mpc(remote, plant, data, mpc, success=task.success, metric=_metric(task, plant),
@@ -170,6 +174,8 @@ def remote_run(task, address: str, *, token=None, tls_ca=None, planner=None, set
         remote.close()
     report = {"task": task.name, "planner": remote.planner_name, "seed": seed, **result.summary(),
               "remote": remote.summary()}
+    if errors:
+        report["model_error"] = errors
     return result, plant, report
 
 

@@ -65,15 +65,16 @@ def add_sweep_parser(sub) -> None:
     bench = sub.choices.get("bench")
     if bench is not None:
         bench.add_argument("--workers", type=_workers, default=None,
-                           help="bench tasks: run the units on N worker processes (default 1: serially here)")
+                           help="bench tasks, bench robustness: run the units on N worker processes "
+                                "(default 1: serially here)")
         inner = bench.get_default("func")
 
         def cmd_bench_workers(args, _inner=inner) -> int:
-            """``contactopt bench`` with ``--workers`` handed to ``bench tasks``."""
+            """``contactopt bench`` with ``--workers`` handed to ``bench tasks`` or ``bench robustness``."""
             workers = getattr(args, "workers", None)
             if workers is None:
                 return _inner(args)
-            if args.name != "tasks":
+            if args.name not in ("tasks", "robustness"):
                 raise ParameterError(f"benchmark {args.name!r} runs no units in parallel (--workers is not supported)")
             from ..bench import tasks_bench
 

@@ -154,7 +154,7 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
 def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0, mode: str = "sync",
                   lag=None, slowdown: float = 1.0, update_period: float | None = None, pushes=(),
                   stop_on_success: bool = False, mass_scale: float = 1.0, friction_scale: float = 1.0,
-                  **overrides):
+                  gain_scale: float = 1.0, latency: float = 0.0, **overrides):
     """Run ``task`` closed loop with IDTO MPC.
 
     Args:
@@ -162,7 +162,10 @@ def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0
       mode, lag, slowdown: see :class:`~contactopt.mpc.MPCSettings` (lag default: the task's fixed lag).
       update_period: sync mode: simulated seconds between updates (default the task's).
       pushes: :class:`~contactopt.mpc.Push` es on the plant.
-      mass_scale, friction_scale: model errors of the plant only (:func:`~contactopt.mpc.perturb_model`).
+      mass_scale, friction_scale, gain_scale: model errors of the plant only
+        (:func:`~contactopt.mpc.perturb_model`).
+      latency: extra seconds between each plan and its application that the planner is not told
+        about (:attr:`~contactopt.mpc.MPCSettings.added_latency`).
       overrides: fields of ``task`` (e.g. ``horizon``, ``kp``).
 
     Returns:
@@ -180,8 +183,8 @@ def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0
     if not (math.isfinite(seconds) and seconds > 0):
         raise ParameterError(f"seconds must be positive, got {seconds}")
     plant = _load(task.model)
-    if mass_scale != 1.0 or friction_scale != 1.0:
-        plant = perturb_model(plant, mass_scale=mass_scale, friction_scale=friction_scale)
+    if mass_scale != 1.0 or friction_scale != 1.0 or gain_scale != 1.0:
+        plant = perturb_model(plant, mass_scale=mass_scale, friction_scale=friction_scale, gain_scale=gain_scale)
     data = mujoco.MjData(plant)
     task.initial_state(plant, data, np.random.default_rng(seed))
     mujoco.mj_forward(plant, data)
@@ -190,7 +193,7 @@ def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0
     settings = MPCSettings(duration=seconds, mode=mode, lag=task.lag if lag is None else lag,
                            update_period=task.update_period if update_period is None else float(update_period),
                            slowdown=slowdown, pushes=tuple(pushes), success_hold=task.success_hold,
-                           stop_on_success=stop_on_success)
+                           stop_on_success=stop_on_success, added_latency=latency)
     success = task.success if task.success_factory is None else task.success_factory(x0, seconds)
     result = run_mpc(planner, plant, data, settings, success=success, metric=task.metric, failure=task.failure)
     return result, plant, x0
@@ -200,13 +203,18 @@ def idto_runner(task: IDTOTask):
     """The ``contactopt run`` runner of ``task`` with the IDTO planner."""
 
     def run(*, seconds=None, seed=0, video=None, plot=None, mode="sync", slowdown=1.0, lag=None, pushes=(),
-            mass_scale=1.0, friction_scale=1.0, **kw):
+            mass_scale=1.0, friction_scale=1.0, gain_scale=1.0, latency=0.0, **kw):
+        from ..mpc import model_error
         from .mpc_task import write_outputs
 
+        errors = model_error(mass_scale, friction_scale, gain_scale, latency)
         result, plant, x0 = run_idto_task(task, seconds=seconds, seed=seed, mode=mode, slowdown=slowdown,
                                           lag=lag, pushes=pushes, mass_scale=mass_scale,
-                                          friction_scale=friction_scale, **kw)
+                                          friction_scale=friction_scale, gain_scale=gain_scale,
+                                          latency=latency, **kw)
         report = {"task": task.name, "planner": "idto", **result.summary()}
+        if errors:
+            report["model_error"] = errors
         it = result.iteration_ms()
         report["mpc_rate_hz"] = float(1e3 / np.median(it)) if it.size else None
         report["mpc_rate_target_hz"] = task.rate_target_hz

@@ -143,7 +143,7 @@ def build_ilqg_planner(task: MPCTask, planner_model=None, *, nthread: int | None
 
 def run_ilqg_task(task: MPCTask, *, seconds: float | None = None, seed: int = 0, mode: str = "sync",
                   lag=None, slowdown: float = 1.0, pushes=None, plant_model=None, textbook: bool = False,
-                  stop_on_success: bool = False, **planner_overrides):
+                  stop_on_success: bool = False, latency: float = 0.0, **planner_overrides):
     """Run ``task`` closed loop with iLQG MPC.
 
     Args:
@@ -153,6 +153,8 @@ def run_ilqg_task(task: MPCTask, *, seconds: float | None = None, seed: int = 0,
       pushes: override of the task's pushes (default: the task's, drawn from the seed if a callable).
       plant_model: override of the plant (e.g. :func:`~contactopt.mpc.perturb_model` errors).
       textbook: use textbook iLQG instead of the seed's improvements.
+      latency: extra seconds between each plan and its application that the planner is not told
+        about (:attr:`~contactopt.mpc.MPCSettings.added_latency`).
       planner_overrides: keys of ``task.ilqg`` to override.
 
     Returns:
@@ -172,7 +174,8 @@ def run_ilqg_task(task: MPCTask, *, seconds: float | None = None, seed: int = 0,
     planner = build_ilqg_planner(task, textbook=textbook, **planner_overrides)
     settings = MPCSettings(duration=seconds, mode=mode, lag=task.lag if lag is None else lag,
                            slowdown=slowdown, pushes=tuple(pushes),
-                           success_hold=task.success_hold, stop_on_success=stop_on_success)
+                           success_hold=task.success_hold, stop_on_success=stop_on_success,
+                           added_latency=latency)
     try:
         result = run_mpc(planner, plant, data, settings, success=task.success, metric=task.metric,
                          failure=task.failure)
@@ -203,23 +206,25 @@ def ilqg_runner(task: MPCTask):
     """The ``contactopt run`` runner of ``task`` with the iLQG planner."""
 
     def run(*, seconds=None, seed=0, video=None, plot=None, mode="sync", slowdown=None, lag=None, pushes=None,
-            mass_scale=1.0, friction_scale=1.0, **kw):
+            mass_scale=1.0, friction_scale=1.0, gain_scale=1.0, latency=0.0, **kw):
+        from ..mpc import model_error, perturb_model
+
         if slowdown is None:  # the slowdown the task is specified at (1 = real time)
             slowdown = task.target_slowdown
+        errors = model_error(mass_scale, friction_scale, gain_scale, latency)
         plant = None
-        if mass_scale != 1.0 or friction_scale != 1.0:
-            from ..mpc import perturb_model
-
-            plant = perturb_model(task.plant_model(), mass_scale=mass_scale, friction_scale=friction_scale)
+        if mass_scale != 1.0 or friction_scale != 1.0 or gain_scale != 1.0:
+            plant = perturb_model(task.plant_model(), mass_scale=mass_scale, friction_scale=friction_scale,
+                                  gain_scale=gain_scale)
         result, plant = run_ilqg_task(task, seconds=seconds, seed=seed, mode=mode, slowdown=slowdown, lag=lag,
-                                      pushes=pushes, plant_model=plant, **kw)
+                                      pushes=pushes, plant_model=plant, latency=latency, **kw)
         report = _report(task, "ilqg", result)
         report["seed"] = seed
         if result.pushes:
             report["pushes"] = [{"time": p.time, "duration": p.duration, "body": p.body,
                                  "force": [float(f) for f in p.force]} for p in result.pushes]
-        if plant is not None and (mass_scale != 1.0 or friction_scale != 1.0):
-            report["model_error"] = {"mass_scale": mass_scale, "friction_scale": friction_scale}
+        if errors:
+            report["model_error"] = errors
         return write_outputs(report, task.name, plant, result, video, plot, metric_label=task.metric_label)
 
     run.task = task  # bench ilqg finds the task through its runner
