@@ -247,7 +247,7 @@ def _liftoffs(plant, qpos, clearance=0.01):
 
 @pytest.mark.slow
 def test_closed_loop_walks_on_flat_ground_with_steps():
-    """Sync mode (20 ms lag, 50 Hz updates), MuJoCo plant: ≥ 0.9 m in 3 s without falling,
+    """Sync mode (the task's 10 ms lag, 60 Hz updates), MuJoCo plant: ≥ 0.9 m in 3 s without falling,
     and every foot leaves the ground repeatedly (a gait emerged: stepping, not sliding)."""
     from contactopt.tasks.idto_tasks import run_idto_task
 

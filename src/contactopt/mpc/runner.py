@@ -10,7 +10,9 @@ Modes
 ``"sync"`` (deterministic, for tests and seeded experiments)
     Plant and planner alternate in one thread.  An update planned from the state at time
     ``t`` takes effect at ``t + lag`` of simulated time; the next update starts when the
-    previous one is done (``t + lag``) or after ``update_period``, whichever is later.
+    previous one is done (``t + lag``) or at the next instant of the ``update_period`` grid,
+    whichever is later (the first plant step at or after it: a period that is not a multiple
+    of the plant step still gives ``1 / update_period`` updates per second on average).
     ``lag`` is either fixed (seconds; deterministic) or ``"measured"``: the update's wall
     time divided by ``slowdown`` — what a computer ``slowdown``× slower than real time
     would see, without the threads' noise.
@@ -114,8 +116,8 @@ class MPCSettings:
       mode: ``"sync"`` or ``"async"`` (see the module docstring).
       lag: sync mode: seconds of simulated time until an update takes effect, or
         ``"measured"`` (wall time / ``slowdown``).
-      update_period: sync mode: least simulated time between update starts (s; 0 = as
-        soon as the previous one is done).
+      update_period: sync mode: simulated time between update starts (s; updates start on
+        this grid unless the lag is longer; 0 = as soon as the previous one is done).
       slowdown: wall seconds per simulated second (async pacing; ``"measured"`` lag), ≥ 0
         (0 in async mode = run the plant as fast as it goes).
       pushes: :class:`Push` es applied to the plant.
@@ -543,7 +545,9 @@ def _run_sync(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSetti
                 failures += 1
                 if failures >= s.max_failed_updates:
                     raise ContactoptError(f"{failures} planner updates in a row failed (last: {upd.message})")
-            next_start = t + max(lag, s.update_period)
+            # updates start on the grid of the update period (so a period that is not a multiple of
+            # the plant step still gives its rate on average), never before the planner is done
+            next_start = max(t + lag, next_start + s.update_period)
         while pending and pending[0][0] <= t + 1e-12:
             _, _, policy = pending.pop(0)
         x = plant.state()
