@@ -114,11 +114,15 @@ def test_added_latency_delays_application_but_not_the_lag_the_planner_sees():
 def test_breaks_finds_the_nearest_failing_values_on_each_side():
     rows = [{"task": "t", "planner": "p", "parameter": "mass_scale", "value": v, "success_rate": r}
             for v, r in ((0.7, 0.0), (0.85, 0.25), (1.0, 1.0), (1.15, 0.75), (1.3, 0.5))]
+    # a nominal rate of 0.5: breaking means falling under 0.25
+    rows += [{"task": "t", "planner": "p", "parameter": "gain_scale", "value": v, "success_rate": r}
+             for v, r in ((0.8, 0.25), (0.9, 0.0), (1.0, 0.5), (1.1, 0.5), (1.2, 0.125))]
     rows += [{"task": "t", "planner": "p", "parameter": "latency", "value": v, "success_rate": r}
              for v, r in ((0.0, 1.0), (0.01, 1.0), (0.02, 0.0), (0.04, 0.0))]
     b = {x["parameter"]: x for x in rb.breaks(rows)}
     assert (b["mass_scale"]["low"], b["mass_scale"]["high"], b["mass_scale"]["nominal_rate"]) == (0.85, None, 1.0)
     assert (b["latency"]["low"], b["latency"]["high"]) == (None, 0.02)
+    assert (b["gain_scale"]["low"], b["gain_scale"]["high"]) == (0.9, 1.2)
 
 
 def test_bad_options():

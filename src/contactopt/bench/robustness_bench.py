@@ -17,8 +17,8 @@ like ``bench tasks``; a run is a success when the task's success test held (the 
 are ``bench tasks``' ones).
 
 ``breaks``: for each pair and parameter, the nearest values below and above nominal whose
-success rate falls under :data:`BREAK_RATE` (None: it held over the whole range), which is what
-the README's "where each planner breaks" reads from.
+success rate falls under :data:`BREAK_RATE` × the pair's nominal rate (None: it held over the
+whole range), which is what the README's "where each planner breaks" reads from.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ GRID = {
     "latency": (0.0, 0.01, 0.02, 0.04),
 }
 NOMINAL = {"mass_scale": 1.0, "friction_scale": 1.0, "gain_scale": 1.0, "latency": 0.0}
-#: a success rate below this marks the parameter value where a pair breaks
+#: a success rate below this fraction of the pair's nominal rate marks where it breaks
 BREAK_RATE = 0.5
 
 
@@ -111,8 +111,9 @@ def run_robustness_unit(unit: RobustnessUnit) -> dict:
 
 def breaks(rows: list[dict], threshold: float = BREAK_RATE) -> list[dict]:
     """Where each pair breaks: per (task, planner, parameter), ``low`` = the largest value below
-    nominal and ``high`` = the smallest value above it with ``success_rate < threshold`` (None
-    where the rate held), and ``nominal_rate``.
+    nominal and ``high`` = the smallest value above it with ``success_rate < threshold ×
+    nominal_rate`` (None where the rate held; a pair that never succeeds nominally never breaks),
+    and ``nominal_rate``.
 
     Args:
       rows: the benchmark's rows (``task``, ``planner``, ``parameter``, ``value``, ``success_rate``).
@@ -123,9 +124,10 @@ def breaks(rows: list[dict], threshold: float = BREAK_RATE) -> list[dict]:
         mine = sorted((r for r in rows if (r["task"], r["planner"], r["parameter"]) == (task, planner, parameter)),
                       key=lambda r: r["value"])
         nominal = NOMINAL[parameter]
-        below = [r["value"] for r in mine if r["value"] < nominal and r["success_rate"] < threshold]
-        above = [r["value"] for r in mine if r["value"] > nominal and r["success_rate"] < threshold]
         nominal_rate = next((r["success_rate"] for r in mine if r["value"] == nominal), None)
+        bar = threshold * (nominal_rate or 0.0)
+        below = [r["value"] for r in mine if r["value"] < nominal and r["success_rate"] < bar]
+        above = [r["value"] for r in mine if r["value"] > nominal and r["success_rate"] < bar]
         out.append({"task": task, "planner": planner, "parameter": parameter, "nominal_rate": nominal_rate,
                     "low": max(below) if below else None, "high": min(above) if above else None})
     return out
@@ -268,7 +270,7 @@ def table(result: dict) -> str:
         scale = 1e3 if b["parameter"] == "latency" else 1.0
         fmt = (lambda v: "held" if v is None else f"{v * scale:g}")
         brk.append({**b, "lo": fmt(b["low"]), "hi": fmt(b["high"])})
-    lines.append(f"\nwhere each pair breaks (success rate < {BREAK_RATE:g}; latency in ms):")
+    lines.append(f"\nwhere each pair breaks (success rate < {BREAK_RATE:g} × its nominal rate; latency in ms):")
     lines.append(format_table(brk, [("task", "task", "{}"), ("planner", "planner", "{}"),
                                     ("parameter", "parameter", "{}"), ("nominal_rate", "nominal rate", "{:.2f}"),
                                     ("lo", "below nominal", "{}"), ("hi", "above nominal", "{}")]))
