@@ -47,7 +47,9 @@ def run_humanoid_reach(*, seconds: float | None = None, seed: int = 0, video=Non
     """Run ``humanoid-reach`` with goal-directed dynamics.
 
     Args:
-      seconds: simulated time in s (default 6; drags that fit are scheduled, at least one).
+      seconds: simulated time in s (default 6; drags that fit are scheduled, at least one).  The
+        four goals are anchored at the hands' rest positions and repeat, so a session of any
+        length (e.g. 600 s for a soak) reaches the same goals over and over.
       seed: 0 is the standard schedule; other seeds perturb the goals by ±5 cm.
       video: optional MP4 path; plot: optional PNG path.
 

@@ -3,6 +3,7 @@ cost terms, solver and schedule; see :mod:`contactopt.solvers.gdd.sessions`)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import mujoco
@@ -28,6 +29,7 @@ from .reach_spec import (
     balance_stiffness,
     effort_scale,
     floating_root_dofs,
+    limb_joints,
 )
 from .solver import GDDSettings, GDDSolver
 
@@ -50,8 +52,11 @@ class ReachSession:
 
     Attributes:
       model, data, solver, cost: the simulation.
-      qref: ``(nq,)`` posture reference (the pose at the last release).
+      qref: ``(nq,)`` posture reference (the pose at the last release; with
+        ``ReachSpec.posture_release="limb"`` only the released limb's joints, the rest the initial pose).
       goal: ``(3,)`` current dragged goal, m (NaN without an active drag).
+      target: ``(3,)`` final position of the active drag's goal, m (NaN without one).
+      home: ``{frame: (3,)}`` positions of the goal frames at the start, m (``Drag.anchor="home"``).
       active: index of the active drag in ``spec.drags`` (−1 when none).
 
     Raises:
@@ -127,6 +132,20 @@ class ReachSession:
         self.active = -1
         self.goal = np.full(3, np.nan)
         self.origin = np.full(3, np.nan)
+        self.target = np.full(3, np.nan)
+        self._starts = [dr.start for dr in spec.drags]
+        self.home = {frame: self.frame_position(frame) for frame in self.frames}
+        # qpos addresses of each goal frame's limb (ReachSpec.posture_release == "limb")
+        others = [int(model.site_bodyid[i]) if kind == "site" else int(i) for kind, i in self.frames.values()]
+        others += [i for i in self.support_ids]
+        self._limb_qpos = {}
+        for frame, (kind, i) in self.frames.items():
+            body = int(model.site_bodyid[i]) if kind == "site" else int(i)
+            adr = []
+            for j in limb_joints(model, body, others):
+                n = {int(mujoco.mjtJoint.mjJNT_BALL): 4, int(mujoco.mjtJoint.mjJNT_FREE): 7}.get(int(model.jnt_type[j]), 1)
+                adr.extend(range(int(model.jnt_qposadr[j]), int(model.jnt_qposadr[j]) + n))
+            self._limb_qpos[frame] = np.array(sorted(adr), dtype=int)
 
     def reset(self) -> None:
         """Initial state: keyframe, root lowered, optional grasp; forward kinematics computed."""
@@ -180,32 +199,40 @@ class ReachSession:
         """Activate/release drags for the current time and move the active goal.
 
         On release the end-effector term is switched off and the posture reference is
-        set to the current pose (the damping and posture terms hold it).
+        set to the current pose (the damping and posture terms hold it) — of the whole model, or
+        only of the released limb (``ReachSpec.posture_release``).
         """
         t = self.data.time
         drags = self.spec.drags
-        idx = -1
-        for k, dr in enumerate(drags):
-            if dr.active(t):
-                idx = k
-                break
+        # drags are sorted by start and do not overlap: only the last one started can be active
+        # (a bisection, so a long session's many drags cost nothing per step)
+        k = bisect.bisect_right(self._starts, t) - 1
+        idx = k if k >= 0 and drags[k].active(t) else -1
         if idx != self.active:
             if self.active >= 0:
-                self.ee_terms[drags[self.active].frame].active = False
-                self.qref[:] = self.data.qpos
+                released = drags[self.active].frame
+                self.ee_terms[released].active = False
+                if self.spec.posture_release == "limb":
+                    limb = self._limb_qpos[released]
+                    self.qref[limb] = self.data.qpos[limb]
+                else:
+                    self.qref[:] = self.data.qpos
             self._free = _NO_DOFS
             if idx >= 0:
-                self.origin = self.frame_position(drags[idx].frame)
-                self.ee_terms[drags[idx].frame].active = True
+                frame = drags[idx].frame
+                self.origin = self.frame_position(frame)
+                self.target = drags[idx].final(self.origin, self.home[frame])
+                self.ee_terms[frame].active = True
                 if self.spec.posture_free_chain:
                     self._free = self._chain[drags[idx].frame]
             self._update_posture_gains()
             if idx < 0:
                 self.origin = np.full(3, np.nan)
                 self.goal = np.full(3, np.nan)
+                self.target = np.full(3, np.nan)
             self.active = idx
         if idx >= 0:
-            self.goal = drags[idx].goal_at(t, self.origin)
+            self.goal = drags[idx].goal_at(t, self.origin, self.home[drags[idx].frame])
             self.ee_terms[drags[idx].frame].target.position[:] = self.goal
 
     def set_targets(self, active: int, goal, qref) -> None:

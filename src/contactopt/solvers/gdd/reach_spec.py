@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass
 
@@ -28,12 +29,26 @@ __all__ = [
     "floating_root_dofs",
     "hand_reach_spec",
     "humanoid_reach_spec",
+    "limb_joints",
+    "limb_reach",
+    "reachable_goals",
+    "reachable_offset",
     "support_price",
 ]
 
 
 #: seconds before the first drag (the model settles into its contacts)
 SETTLE = 0.2
+
+#: what a drag's offset is relative to (:attr:`Drag.anchor`)
+ANCHORS = ("start", "home")
+
+#: what becomes the posture reference when a goal is released (:attr:`ReachSpec.posture_release`)
+RELEASES = ("pose", "limb")
+
+#: a goal anchored at home is kept within this fraction of its limb's reach from the limb's
+#: base (:func:`reachable_offset`): a fully stretched limb is singular and pulls the body along
+REACH_FRACTION = 0.85
 
 
 # --------------------------------------------------------------------------- schedule
@@ -52,10 +67,16 @@ class Drag:
     Attributes:
       frame: name of a site or body of the model (a site is looked up first).
       offset: ``(3,)`` displacement of the goal in the world frame, m, relative to the
-        frame's position when the drag starts.
+        frame's position when the drag starts (``anchor="start"``) or at the start of the
+        session (``anchor="home"``).
       start: time the drag starts, s (≥ 0).
       drag: duration of the goal's motion from the frame to its final position, s (> 0).
       hold: time the goal stays at its final position before it is released, s (≥ 0).
+      anchor: ``"start"`` (default): the offset is taken from where the frame is when the drag
+        starts, as a mouse drag — drags that repeat add up, and a long session walks its goals
+        out of reach; ``"home"``: from the frame's position at the start of the session (its
+        rest position), so a repeated drag revisits the same goal however long the session.
+        Either way the goal moves from where the frame is to its final position.
     """
 
     frame: str
@@ -63,6 +84,7 @@ class Drag:
     start: float
     drag: float = 0.4
     hold: float = 1.0
+    anchor: str = "start"
 
     def __post_init__(self):
         if not isinstance(self.frame, str) or not self.frame:
@@ -72,23 +94,37 @@ class Drag:
         object.__setattr__(self, "start", check_nonnegative("drag start", self.start))
         object.__setattr__(self, "drag", check_positive("drag duration", self.drag))
         object.__setattr__(self, "hold", check_nonnegative("hold duration", self.hold))
+        if self.anchor not in ANCHORS:
+            raise ParameterError(f"drag anchor must be one of {ANCHORS}, got {self.anchor!r}")
 
     @property
     def end(self) -> float:
         """Release time ``start + drag + hold``, s."""
         return self.start + self.drag + self.hold
 
-    def goal_at(self, t: float, origin: np.ndarray) -> np.ndarray:
-        """Goal position ``(3,)`` (m) at time ``t`` for a drag that started at ``origin`` ``(3,)``."""
+    def final(self, origin: np.ndarray, home: np.ndarray | None = None) -> np.ndarray:
+        """Final goal position ``(3,)`` (m) of a drag that started at ``origin`` ``(3,)``;
+        ``home`` ``(3,)`` is the frame's position at the start of the session (``anchor="home"``)."""
+        if self.anchor == "home":
+            if home is None:
+                raise ParameterError(f"drag of {self.frame!r} is anchored at home: its home position is needed")
+            return np.asarray(home, dtype=float) + np.asarray(self.offset)
+        return np.asarray(origin, dtype=float) + np.asarray(self.offset)
+
+    def goal_at(self, t: float, origin: np.ndarray, home: np.ndarray | None = None) -> np.ndarray:
+        """Goal position ``(3,)`` (m) at time ``t`` for a drag that started at ``origin`` ``(3,)``
+        (``home``: see :meth:`final`)."""
         s = _smooth((t - self.start) / self.drag)
-        return origin + s * np.asarray(self.offset)
+        origin = np.asarray(origin, dtype=float)
+        return origin + s * (self.final(origin, home) - origin)
 
     def active(self, t: float) -> bool:
         """True while the goal is held (``start ≤ t < end``)."""
         return self.start <= t < self.end
 
 
-def _schedule(goals, seconds: float, *, drag: float, hold: float, gap: float, settle: float = SETTLE):
+def _schedule(goals, seconds: float, *, drag: float, hold: float, gap: float, settle: float = SETTLE,
+              anchor: str = "start"):
     """Drags of ``goals`` (``(frame, offset)`` pairs, cycled) that fit into ``seconds``.
 
     Each drag takes ``drag + hold`` seconds followed by ``gap`` seconds of holding the
@@ -111,7 +147,7 @@ def _schedule(goals, seconds: float, *, drag: float, hold: float, gap: float, se
     drags = []
     for k in range(n):
         frame, offset = goals[k % len(goals)]
-        drags.append(Drag(frame, tuple(offset), settle + k * period, drag, hold))
+        drags.append(Drag(frame, tuple(offset), settle + k * period, drag, hold, anchor))
     return tuple(drags)
 
 
@@ -148,6 +184,12 @@ class ReachSpec:
         from the model, :func:`effort_scale` (1 for a model that does not stand on
         ``support_bodies``; ≈ 5–8 for a humanoid), so the documented weights mean the same on
         any standing model.
+      posture_release: what the posture term holds after a goal is released.  ``"pose"``
+        (default): the whole pose at the release (the seed's "hold it in place") — on a
+        standing model the stance then drifts by whatever it sagged during each reach, and over
+        many reaches it crouches and falls; ``"limb"``: only the joints of the released limb
+        (:func:`limb_joints`) take their pose at the release, the rest keeps the initial pose
+        (the stance: root position and attitude, legs, trunk), so a long session holds it.
       posture_free_chain: while a goal is held, drop the posture spring (keep its damping)
         on the joints between the goal's frame and the nearest free joint or the world,
         so the posture term does not pull the dragged limb back.
@@ -176,6 +218,7 @@ class ReachSpec:
     posture_kp: float = 10.0
     posture_root_kp: float | None = None
     effort_scale: float | None = None
+    posture_release: str = "pose"
     posture_free_chain: bool = False
     com_weight: float = 0.0
     com_stiffness: float = 100.0
@@ -205,6 +248,8 @@ class ReachSpec:
         for name in ("posture_root_kp", "effort_scale"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, check_positive(name, getattr(self, name)))
+        if self.posture_release not in RELEASES:
+            raise ParameterError(f"posture_release must be one of {RELEASES}, got {self.posture_release!r}")
         object.__setattr__(self, "fall_heights", tuple((str(b), float(h)) for b, h in self.fall_heights))
         object.__setattr__(self, "drop_heights", tuple((str(b), float(h)) for b, h in self.drop_heights))
         object.__setattr__(self, "support_bodies", tuple(str(b) for b in self.support_bodies))
@@ -231,13 +276,15 @@ class ReachSpec:
 
 # the two tasks of the seed's section VI --------------------------------------------------------
 
-#: (frame, offset m) of the humanoid session: right hand up and forward, left hand likewise,
-#: then both back down toward the body
+#: (frame, offset m from the hand's rest position) of the humanoid session: right hand up and
+#: forward, left hand likewise, then both back down toward the body (the endpoints of the earlier
+#: drag-relative script ``(-0.10, 0.05, -0.15)``, ``(0.05, -0.10, -0.15)`` after the first two
+#: goals; anchored at home they repeat without adding up)
 HUMANOID_GOALS = (
     ("right_hand", (0.20, -0.10, 0.20)),
     ("left_hand", (0.15, 0.20, 0.15)),
-    ("right_hand", (-0.10, 0.05, -0.15)),
-    ("left_hand", (0.05, -0.10, -0.15)),
+    ("right_hand", (0.10, -0.05, 0.05)),
+    ("left_hand", (0.20, 0.10, 0.00)),
 )
 
 #: (frame, offset m) of the hand session: lift the index, curl the middle finger onto the
@@ -264,24 +311,116 @@ def humanoid_reach_spec(seconds: float | None = None, seed: int = 0) -> ReachSpe
     Goals move ±0.15–0.3 m from the hand; the centre of mass is held over the feet
     (horizontal spring, stiffness 100 1/s², weight 1e4 kg) and a posture term of
     weight 60 holds the pose.  A drag takes 0.4 s, the goal is held 1.0 s, then the
-    pose is held 0.3 s.
+    pose is held 0.3 s.  Goals are anchored at the hands' rest positions (``anchor="home"``)
+    and kept within :data:`REACH_FRACTION` of the arm's reach (:func:`reachable_offset`), and a
+    released goal leaves the stance's posture reference at the initial pose
+    (``posture_release="limb"``): the four goals repeat unchanged however long the session
+    runs (see docs/experiments/gdd-long-sessions.md).
 
     Args:
       seconds: simulated duration, s (default 6).
       seed: 0 for the standard schedule; other seeds perturb the offsets by ±5 cm.
     """
     seconds = 6.0 if seconds is None else seconds
-    goals = _perturbed(HUMANOID_GOALS, seed, 0.05)
+    lower_root = 0.003
+    model = load_model("humanoid")
+    data = _initial_data(model, "home", lower_root)
+    supports = ("left_foot", "right_foot")
+    goals = reachable_goals(model, data, _perturbed(HUMANOID_GOALS, seed, 0.05), supports)
     return ReachSpec(
         model="humanoid", name="humanoid-reach",
-        drags=_schedule(goals, seconds, drag=0.4, hold=1.0, gap=0.3),
-        seconds=seconds, lower_root=0.003,
+        drags=_schedule(goals, seconds, drag=0.4, hold=1.0, gap=0.3, anchor="home"),
+        seconds=seconds, lower_root=lower_root,
         ee_weight=200.0, ee_stiffness=40.0, ee_max_acceleration=10.0,
-        posture_weight=60.0, posture_kp=10.0, com_weight=1e4, com_stiffness=100.0,
+        posture_weight=60.0, posture_kp=10.0, posture_release="limb",
+        com_weight=1e4, com_stiffness=100.0,
         damping_alpha=0.1, damping_beta=5.0, reach_tolerance=0.05,
         fall_heights=(("pelvis", 0.6), ("torso", 0.75)),
-        support_bodies=("left_foot", "right_foot"),
+        support_bodies=supports,
     )
+
+
+def _initial_data(model: mujoco.MjModel, keyframe: str | None, lower_root: float) -> mujoco.MjData:
+    """The data a session starts from (keyframe, free root lowered; ``ReachSession.reset``
+    without a grasp), forward kinematics computed."""
+    data = mujoco.MjData(model)
+    reset_to_keyframe(model, data, keyframe)
+    if lower_root > 0:
+        j = _root_free_joint(model)
+        if j >= 0:
+            _lower_root(model, data, lower_root)
+    mujoco.mj_forward(model, data)
+    return data
+
+
+def limb_joints(model: mujoco.MjModel, body: int, others=()) -> list[int]:
+    """Joints of the limb that carries ``body``, from the body up (outboard first): the joints of
+    ``body`` and its ancestors up to, not including, the first ancestor whose subtree holds one
+    of the ``others`` (bodies of other goal frames, supports) or that has a free joint."""
+    others = [int(b) for b in others if int(b) != int(body)]
+    joints = []
+    b = int(body)
+    while b > 0:
+        if any(_is_descendant(model, o, b) for o in others):
+            break
+        jnts = list(range(model.body_jntadr[b], model.body_jntadr[b] + model.body_jntnum[b]))
+        if any(model.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_FREE) for j in jnts):
+            break
+        joints.extend(reversed(jnts))
+        b = int(model.body_parentid[b])
+    return joints
+
+
+def _frame_body(model, frame: str) -> int:
+    kind, i = _resolve_frame(model, frame)
+    return int(model.site_bodyid[i]) if kind == "site" else int(i)
+
+
+def _frame_pos(model, data, frame: str) -> np.ndarray:
+    kind, i = _resolve_frame(model, frame)
+    return (data.site_xpos[i] if kind == "site" else data.xpos[i]).copy()
+
+
+def limb_reach(model: mujoco.MjModel, data: mujoco.MjData, frame: str, others=()) -> tuple[np.ndarray, float]:
+    """``(base (3,), reach m)`` of the limb that moves ``frame`` (:func:`limb_joints`): the anchor of
+    its innermost joint, and the length of the chain of joint anchors from there to the frame (the
+    farthest the frame gets from the base with the limb stretched).  Without limb joints: the frame's
+    position and 0."""
+    pos = _frame_pos(model, data, frame)
+    joints = limb_joints(model, _frame_body(model, frame), others)
+    if not joints:
+        return pos, 0.0
+    points = [data.xanchor[j].copy() for j in reversed(joints)] + [pos]
+    reach = float(sum(np.linalg.norm(b - a) for a, b in itertools.pairwise(points)))
+    return points[0], reach
+
+
+def reachable_offset(model: mujoco.MjModel, data: mujoco.MjData, frame: str, offset, others=(),
+                     fraction: float = REACH_FRACTION) -> tuple:
+    """``offset`` (m, from the frame's position in ``data``) moved toward the base of the frame's
+    limb until the goal lies within ``fraction`` of the limb's reach (:func:`limb_reach`) from it."""
+    home = _frame_pos(model, data, frame)
+    goal = home + np.asarray(offset, dtype=float)
+    base, reach = limb_reach(model, data, frame, others)
+    r = float(np.linalg.norm(goal - base))
+    if reach > 0 and r > fraction * reach:
+        goal = base + (goal - base) * (fraction * reach / r)
+    return tuple(float(x) for x in goal - home)
+
+
+def reachable_goals(model: mujoco.MjModel, data: mujoco.MjData, goals, supports=(),
+                    fraction: float = REACH_FRACTION) -> tuple:
+    """``(frame, offset)`` goals anchored at the frames' positions in ``data`` (their home), each
+    offset kept within reach (:func:`reachable_offset`); the limbs end below the other goal frames'
+    and the ``supports``' common ancestors."""
+    frames = {f for f, _ in goals}
+    bodies = {f: _frame_body(model, f) for f in frames}
+    sup = [int(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, b)) for b in supports]
+    out = []
+    for f, off in goals:
+        others = [bodies[g] for g in frames if g != f] + [b for b in sup if b > 0]
+        out.append((f, reachable_offset(model, data, f, off, others, fraction)))
+    return tuple(out)
 
 
 def hand_reach_spec(seconds: float | None = None, seed: int = 0) -> ReachSpec:
@@ -293,7 +432,9 @@ def hand_reach_spec(seconds: float | None = None, seed: int = 0) -> ReachSpec:
     goals are reached within 1 cm.  The fingers first close on the ball (0.3 s of
     torque, as a grasp).  A drag takes
     0.3 s, the goal is held 0.6 s, then the pose is held 0.2 s.  The ball must stay in
-    the hand (dropped below 0.15 m, 5 cm under the palm surface, counts as a fall).
+    the hand (dropped below 0.15 m, 5 cm under the palm surface, counts as a fall).  Goals are
+    anchored at the fingertips' positions after the grasp (``anchor="home"``), so they repeat
+    unchanged in a long session (drag-relative offsets added up and dropped the ball after 7 s).
 
     Args:
       seconds: simulated duration, s (default 5).
@@ -307,7 +448,7 @@ def hand_reach_spec(seconds: float | None = None, seed: int = 0) -> ReachSpec:
     grasp[names.index("thumb_rot")] = 0.2
     return ReachSpec(
         model="hand", name="hand-reach",
-        drags=_schedule(goals, seconds, drag=0.3, hold=0.6, gap=0.2),
+        drags=_schedule(goals, seconds, drag=0.3, hold=0.6, gap=0.2, anchor="home"),
         seconds=seconds, grasp=0.3, grasp_ctrl=tuple(grasp),
         ee_weight=100.0, ee_stiffness=100.0, ee_max_acceleration=5.0,
         posture_weight=200.0, posture_kp=10.0, posture_free_chain=True, com_weight=0.0,

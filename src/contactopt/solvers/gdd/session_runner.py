@@ -314,8 +314,7 @@ def run_session(spec: ReachSpec, *, video=None, plot=None, progress: bool | None
                     pos = session.frame_position(spec.drags[act].frame)
                     a["frame_pos"][k] = pos
                     a["goal_distance"][k] = np.linalg.norm(pos - session.goal)
-                    final = origins[act] + np.asarray(spec.drags[act].offset)
-                    a["target_distance"][k] = np.linalg.norm(pos - final)
+                    a["target_distance"][k] = np.linalg.norm(pos - session.target)
                 monitored = session.fall_ids + session.drop_ids
                 if monitored:
                     a["heights"][k] = [d.xpos[i, 2] for _, i, _ in monitored]
