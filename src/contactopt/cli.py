@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "methods, with the fitted growth exponent (the IDTO paper's Fig. 4)")
     b.add_argument("--records", type=int, default=None, metavar="N",
                    help="states per model in the recorded dataset (bench gdd; default 20000)")
+    b.add_argument("--minutes", type=float, default=None, metavar="M",
+                   help="bench soak: simulated minutes per soak (default 10)")
+    b.add_argument("--soaks", action="append", default=None, metavar="NAME",
+                   help="bench soak: acrobot-ilqg, quadruped-idto, humanoid-reach-gdd (repeatable or "
+                        "comma-separated; default all)")
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("run", help="run a task with a planner (lists the tasks when none is given)")
@@ -323,7 +328,8 @@ def cmd_bench(args) -> int:
                         ("tasks", "takes no task list"), ("planner", "takes no planner"),
                         ("load", "has no load condition"), ("deterministic", "has no lag to fix"),
                         ("lag", "has no lag to fix"), ("repeats", "reports no timing ratio"),
-                        ("horizon_sweep", "has no horizon sweep")):
+                        ("horizon_sweep", "has no horizon sweep"), ("minutes", "has no soak length"),
+                        ("soaks", "runs no soaks")):
         value = getattr(args, name)
         if value is None or value is False:
             continue
@@ -339,7 +345,7 @@ def cmd_bench(args) -> int:
                 value = len(seeds)
             else:
                 value = seeds
-        elif name == "tasks":
+        elif name in ("tasks", "soaks"):
             value = [t.strip() for item in value for t in item.split(",") if t.strip()]
         elif name == "records" and value < 1:
             raise ParameterError(f"--{name} must be >= 1, got {value}")

@@ -51,7 +51,7 @@ _BENCHMARKS: dict[str, Benchmark] = {}
 #: Modules that register the built-in benchmarks.
 _BUILTIN_MODULES = tuple(f"contactopt.bench.{name}" for name in
                          ("mujoco_bench", "contact_bench", "ilqg_bench", "gdd_bench", "idto_bench", "tasks_bench",
-                          "noise_bench", "remote_bench", "sweep_bench", "robustness_bench"))
+                          "noise_bench", "remote_bench", "sweep_bench", "robustness_bench", "soak_bench"))
 
 
 def register_benchmark(bench: Benchmark) -> Benchmark:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -46,7 +47,7 @@ from ..errors import ContactoptError, NonFiniteError, ParameterError, as_array
 from ..simulate import SimulationError
 from .policy import Policy
 
-__all__ = ["Planner", "PlannerUpdate", "Push", "MPCSettings", "MPCResult", "UpdateRecord",
+__all__ = ["Planner", "PlannerUpdate", "Push", "MPCSettings", "MPCResult", "UpdateRecord", "UpdateLog",
            "run_mpc", "perturb_model", "find_min_slowdown", "BREAKDOWN_KEYS"]
 
 #: the phases of :attr:`PlannerUpdate.breakdown`, the keys shared by the solvers' ``result.timing()``:
@@ -183,6 +184,79 @@ class UpdateRecord:
     ok: bool
     breakdown: dict
     message: str = ""
+
+
+class UpdateLog(Sequence):
+    """The :class:`UpdateRecord` s of a run, stored column-wise (a read-only sequence of records).
+
+    A run appends one record per planner update (up to ~100 per simulated second): kept as
+    Python objects each costs ~500 bytes (the record, its floats and its breakdown dict), which
+    over a 10-minute soak is tens of MB of steady RSS growth (issue 26).  Here an update costs
+    ~80 bytes: its numbers in float64 columns grown by doubling, its message as a reference (the
+    planners' status names are shared strings).  Indexing builds an equal :class:`UpdateRecord`;
+    a record whose fields are not plain floats / ints / bools, or whose breakdown has keys other
+    than :data:`BREAKDOWN_KEYS` or values that are not finite floats, is kept as given.
+    """
+
+    _COLS = ("t_state", "t_apply", "compute_time", "cost", "iterations", "ok") + BREAKDOWN_KEYS
+
+    def __init__(self, records=()):
+        self._a = np.empty((64, len(self._COLS)))
+        self._n = 0
+        self._messages: list[str] = []
+        self._odd: dict[int, UpdateRecord] = {}  # row → a record not stored in the columns
+        self._lock = threading.Lock()  # async mode appends from the planner and the plant threads
+        for r in records:
+            self.append(r)
+
+    @staticmethod
+    def _plain(r: UpdateRecord) -> bool:
+        return (all(isinstance(v, float) for v in (r.t_state, r.compute_time, r.cost))
+                and (r.t_apply is None or (isinstance(r.t_apply, float) and not math.isnan(r.t_apply)))
+                and type(r.iterations) is int and abs(r.iterations) < 2 ** 53 and type(r.ok) is bool
+                and isinstance(r.breakdown, dict)
+                and all(k in BREAKDOWN_KEYS and isinstance(v, float) and math.isfinite(v)
+                        for k, v in r.breakdown.items()))
+
+    def append(self, r: UpdateRecord) -> None:
+        """Store ``r`` (the record object itself is kept only when it is not plain, see the class);
+        safe to call from several threads (a list's append is atomic, so this must be too)."""
+        with self._lock:
+            self._append(r)
+
+    def _append(self, r: UpdateRecord) -> None:
+        if self._n == len(self._a):
+            grown = np.empty((2 * len(self._a), len(self._COLS)))
+            grown[:self._n] = self._a[:self._n]
+            self._a = grown
+        if self._plain(r):
+            b = r.breakdown
+            self._a[self._n] = (r.t_state, math.nan if r.t_apply is None else r.t_apply, r.compute_time, r.cost,
+                                r.iterations, r.ok, *(b.get(k, math.nan) for k in BREAKDOWN_KEYS))
+        else:
+            self._odd[self._n] = r
+        self._messages.append(r.message)
+        self._n += 1
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return UpdateLog(self[j] for j in range(*i.indices(self._n)))
+        i = range(self._n)[i]  # negative indices; IndexError when out of range
+        if i in self._odd:
+            return self._odd[i]
+        t_state, t_apply, compute_time, cost, iterations, ok, *b = self._a[i].tolist()
+        b = {k: v for k, v in zip(BREAKDOWN_KEYS, b) if not math.isnan(v)}
+        return UpdateRecord(t_state, None if math.isnan(t_apply) else t_apply, compute_time, cost,
+                            int(iterations), bool(ok), b, self._messages[i])
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __repr__(self) -> str:
+        return f"UpdateLog({self._n} updates)"
 
 
 @dataclass
@@ -513,8 +587,8 @@ def run_mpc(planner: Planner, plant_model: mujoco.MjModel, plant_data: mujoco.Mj
     first = _check_update(planner.reset(t0, plant.state()))
     if first.policy is None:
         raise ContactoptError(f"the initial plan failed: {first.message or 'no policy'}")
-    updates = [UpdateRecord(t0, t0, first.compute_time, first.cost, first.iterations, True, first.breakdown,
-                            first.message)]
+    updates = UpdateLog([UpdateRecord(t0, t0, first.compute_time, first.cost, first.iterations, True,
+                                      first.breakdown, first.message)])
     if settings.mode == "sync":
         wall = _run_sync(planner, plant, first.policy, updates, settings)
     else:
