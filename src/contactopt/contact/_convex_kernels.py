@@ -20,7 +20,11 @@ which separates into one 3×3 (or 1×1) problem per contact (limit).
 
 Both use a primal Newton method whose step is cut at a fixed fraction of the
 analytic distance to the boundary of each cone and half-space, so iterates stay
-strictly feasible.
+strictly feasible.  They stop when a full Newton step is below ``tol`` relative to the
+largest impulse; the forward solve also wants every gradient row stationary relative to the
+terms that cancel in it (``|g_i| ≤ tol · gabs_i``), for at most ``_POLISH_STEPS`` more steps
+(direct solve and last continuation stage only; they do not count against the iteration
+budget), since one problem's impulses can span 1e0–1e7 and the largest alone sets a loose scale.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ _POLAR_FRACTION = 0.5
 _DIRECT_ITERATIONS = 50
 # forward problems of at least this size build the Hessian's low-rank term with BLAS
 _BLAS_MIN_SIZE = 24
+# extra Newton iterations allowed after the step-size test passes while the optimality residual
+# of some row is still above tol relative to its terms (bounded: that residual can sit at rounding)
+_POLISH_STEPS = 4
 
 
 @njit(cache=True)
@@ -118,7 +125,7 @@ def forward_solve(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, warm
     n = nl + 3 * nc
     f0 = f.copy()
     it, status = _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol,
-                                 min(max_iter, _DIRECT_ITERATIONS), f, v, warm)
+                                 min(max_iter, _DIRECT_ITERATIONS), f, v, warm, _POLISH_STEPS)
     if status == STATUS_CONVERGED:
         return it, status
     total = it
@@ -142,8 +149,9 @@ def forward_solve(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, warm
         last = k_s <= kappa * (1.0 + 1e-12)
         if last:
             k_s = kappa
+        # intermediate stages only warm-start the next one: no residual polishing there
         it, status = _forward_newton(A, c, R, mu, vmin, nl, nc, k_s, q, tol if last else 1e-6,
-                                     max_iter, f, v, warm_stage)
+                                     max_iter, f, v, warm_stage, _POLISH_STEPS if last else 0)
         total += it
         warm_stage = True
         if last:
@@ -174,11 +182,12 @@ def _trial_point(f, step, alpha, nl, nc, curved, drho, dtheta, out):
 
 
 @njit(cache=True)
-def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, warm):
+def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, warm, max_polish):
     n = nl + 3 * nc
     m = nl + nc
     H = np.empty((n, n))
     g = np.empty(n)
+    gabs = np.empty(n)
     step = np.empty(n)
     Af = np.empty(n)
     ftrial = np.empty(n)
@@ -212,22 +221,26 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
     obj = _forward_objective(A, c, R, f, mu, vmin, nl, nc, kappa, q, Af)
     status = STATUS_MAX_ITER
     it = 0
-    while it < max_iter:
+    polish = 0
+    while it < max_iter + polish:  # polishing steps do not use up the iteration budget
         it += 1
         # gradient and Hessian
         for i in range(n):
             g[i] = Af[i] + R[i] * f[i] + c[i]
+            gabs[i] = abs(Af[i]) + abs(R[i] * f[i]) + abs(c[i])
             for j in range(n):
                 H[i, j] = A[i, j]
             H[i, i] += R[i]
         for i in range(nl):
             g[i] -= kappa / f[i]
+            gabs[i] += kappa / f[i]
             H[i, i] += kappa / (f[i] * f[i])
         for k in range(nc):
             o = nl + 3 * k
             _cone_grad_hess(f[o], f[o + 1], f[o + 2], mu[k], kappa, g3, H3)
             for a in range(3):
                 g[o + a] += g3[a]
+                gabs[o + a] += abs(g3[a])
                 for b in range(3):
                     H[o + a, o + b] += H3[a, b]
         for j in range(m):
@@ -242,6 +255,7 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
                 sw = math.sqrt(d2[j])
                 for a in range(n):
                     g[a] += A[a, r] * w1
+                    gabs[a] += abs(A[a, r] * w1)
                     Bn[a, j] = A[a, r] * sw
             H += np.dot(Bn, Bn.T)
         else:
@@ -251,6 +265,7 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
                 w2 = d2[j]
                 for a in range(n):
                     g[a] += A[a, r] * w1
+                    gabs[a] += abs(A[a, r] * w1)
                     t = w2 * A[a, r]
                     for b in range(a + 1):
                         H[a, b] += t * A[b, r]
@@ -305,10 +320,20 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
         alpha = 1.0 if amax > 1.0 / _BOUNDARY_FRACTION else _BOUNDARY_FRACTION * amax
         fmax = 0.0
         smax = 0.0
+        stationary = True
         for i in range(n):
             fmax = max(fmax, abs(f[i]))
             smax = max(smax, abs(step[i]))
-        if alpha == 1.0 and smax <= tol * max(fmax, 1e-300):
+            # optimality residual, row by row, against the size of the terms that cancel in it
+            if abs(g[i]) > tol * gabs[i]:
+                stationary = False
+        small = alpha == 1.0 and smax <= tol * max(fmax, 1e-300)
+        if small and not stationary and polish < max_polish:
+            # the step is short relative to the largest impulse but some row's residual is not:
+            # keep taking (full) Newton steps for a few more iterations
+            polish += 1
+            small = False
+        if small:
             for i in range(n):
                 f[i] += step[i]
             _forward_objective(A, c, R, f, mu, vmin, nl, nc, kappa, q, Af)
@@ -333,7 +358,7 @@ def _forward_newton(A, c, R, mu, vmin, nl, nc, kappa, q, tol, max_iter, f, v, wa
         for i in range(n):
             f[i] = ftrial[i]
         obj = new
-        if alpha == 1.0 and smax <= tol * max(fmax, 1e-300):
+        if small:
             status = STATUS_CONVERGED
             break
         if not math.isfinite(obj):

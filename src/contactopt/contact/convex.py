@@ -17,7 +17,9 @@ directions, so both maps are defined for every input and are exact inverses.
 
 Both are solved by a primal Newton method at fixed κ (the model *is* the fixed-κ
 minimizer), with the step cut analytically at the boundary of each cone and
-half-space (no backtracking for feasibility), converging on the Newton step size.
+half-space (no backtracking for feasibility), converging on the Newton step size (the forward
+also on each row's optimality residual, relative to the terms that cancel in it, for up to a
+few extra steps: its impulses can span many orders of magnitude in one problem).
 The inverse Hessian ``R + ∇²d_F`` is block diagonal, so the inverse costs one
 3×3 solve per contact per iteration; only the forward problem couples contacts
 through ``A``.  Kernels are compiled with numba (``contactopt.contact._convex_kernels``).
@@ -104,7 +106,8 @@ class ConvexContactModel:
       w_max: distance at which contacts become active and R reaches r_max (> 0) [m; rad for hinge limits].
       schedule: ``"linear"`` (eq. 24), ``"exponential"``, or ``"smooth-onset"`` R(w)
         (see :meth:`regularizer_for_distance`).
-      tol: relative Newton step-size tolerance for convergence.
+      tol: relative Newton step-size tolerance for convergence; the forward solve also wants
+        ``|g_i| ≤ tol·(sum of |terms| of g_i)`` in every gradient row (for at most a few more steps).
       max_iter: Newton iteration limit per solve.
 
     Note:
