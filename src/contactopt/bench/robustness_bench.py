@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from ..errors import ContactoptError, ParameterError
 from ..progress import progress_bar
@@ -71,23 +70,16 @@ def _runner(task_name: str, planner: str):
     import inspect
 
     from ..mpc.task_runner import run_task
-    from ..tasks import load_task
+    from .tasks_bench import resolve_pair
 
-    if task_name.endswith(".py") or os.sep in task_name:
-        from ..task import load_task_file
-
-        task = load_task_file(task_name)
-    else:
-        spec = load_task(task_name)
-        if planner in spec.runners:
-            runner = spec.runner(planner)
-            accepted = inspect.signature(runner).parameters
-            missing = [k for k in NOMINAL if k not in accepted]
-            if missing:
-                raise ParameterError(f"the {planner} runs of {task_name} take no plant model error "
-                                     f"({', '.join(missing)})")
-            return lambda seed, **errors: runner(seed=seed, stop_on_success=True, **errors)
-        task = spec.task()
+    runner, task = resolve_pair(task_name, planner)
+    if runner is not None:
+        accepted = inspect.signature(runner).parameters
+        missing = [k for k in NOMINAL if k not in accepted]
+        if missing:
+            raise ParameterError(f"the {planner} runs of {task_name} take no plant model error "
+                                 f"({', '.join(missing)})")
+        return lambda seed, **errors: runner(seed=seed, stop_on_success=True, **errors)
     return lambda seed, **errors: run_task(task, planner, seed=seed, stop_on_success=True, **errors).report
 
 

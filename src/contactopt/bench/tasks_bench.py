@@ -123,6 +123,22 @@ def pairs(tasks=None, planner: str | None = None) -> list[tuple[str, str]]:
     return out
 
 
+def resolve_pair(name: str, planner: str):
+    """``(runner, task)`` of one task × planner pair: the bundled task's own runner for
+    ``planner`` (``task`` None) when it has one, else ``(None, task)`` with the planner-independent
+    :class:`~contactopt.task.Task` (a task file's ``TASK``, or the bundled task's form)."""
+    from ..tasks import load_task
+
+    if name.endswith(".py") or os.sep in name:
+        from ..task import load_task_file
+
+        return None, load_task_file(name)
+    spec = load_task(name)
+    if planner in spec.runners:
+        return spec.runner(planner), None
+    return None, spec.task()
+
+
 def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int = 0, lag: float | None = None):
     """``(seed) -> report`` for one pair (a bundled runner, or the generic path).  With
     ``deterministic`` a measured lag is replaced by the pair's calibrated fixed lag
@@ -131,27 +147,19 @@ def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int =
     is latched and no success can start after it)."""
     from ..mpc.calibration import CALIBRATION_SECONDS, calibrated_lag, runner_fixed_lag
     from ..mpc.task_runner import run_task
-    from ..tasks import load_task
 
-    if name.endswith(".py") or os.sep in name:
-        from ..task import load_task_file
+    runner, task = resolve_pair(name, planner)
+    if runner is not None:
+        options: dict = {}
+        if lag is not None:
+            import inspect
 
-        task = load_task_file(name)
-    else:
-        spec = load_task(name)
-        if planner in spec.runners:
-            runner = spec.runner(planner)
-            options: dict = {}
-            if lag is not None:
-                import inspect
-
-                if "lag" not in inspect.signature(runner).parameters:
-                    raise ParameterError(f"--lag: the {planner} runs of {name} model no lag")
-                options["lag"] = lag
-            elif deterministic:
-                runner_fixed_lag(name, planner, runner, options, seed)
-            return lambda s: runner(seed=s, **options)
-        task = spec.task()
+            if "lag" not in inspect.signature(runner).parameters:
+                raise ParameterError(f"--lag: the {planner} runs of {name} model no lag")
+            options["lag"] = lag
+        elif deterministic:
+            runner_fixed_lag(name, planner, runner, options, seed)
+        return lambda s: runner(seed=s, **options)
     if lag is None and deterministic:
         lag, _ = calibrated_lag(task.name, planner, 1.0, lambda: run_task(
             task, planner, seed=seed, seconds=min(CALIBRATION_SECONDS, task.duration)).report)
