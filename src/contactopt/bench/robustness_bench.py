@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from ..errors import ContactoptError, ParameterError
 from ..progress import progress_bar
 from ..sweep.units import error_kind, failure_kind
