@@ -93,7 +93,7 @@ def test_bad_dynamics_arguments_raise():
     with pytest.raises(ShapeError):
         dyn.step(np.zeros(6), np.zeros(6))
     with pytest.raises(ShapeError):
-        dyn.rollout(model.qpos0, np.zeros(6), np.zeros((5, 2)))
+        dyn.rollout_batch(model.qpos0, np.zeros(6), np.zeros((5, 2)))
     with pytest.raises(ValueError):
         dyn.step(model.qpos0, np.full(6, np.nan))
     m = SmoothContactModel()
@@ -153,7 +153,7 @@ def test_ball_drop_comes_to_rest_near_surface(h):
     model = _ball(h)
     dyn = SmoothContactDynamics(model)
     T = int(1.5 / h)
-    r = dyn.rollout([0, 0, 1.1, 1, 0, 0, 0], np.zeros(6), np.zeros((T, 3)))
+    r = dyn.rollout_batch([0, 0, 1.1, 1, 0, 0, 0], np.zeros(6), np.zeros((T, 3)))
     gap = r.qpos[:, 2] - R_BALL
     v_impact = np.sqrt(2 * G * 1.0)
     # penetration stays within ~ a fraction of one step's travel at impact speed
@@ -174,7 +174,7 @@ def test_sliding_point_mass_decelerates_at_mu_g_and_stops(mu):
     dyn = SmoothContactDynamics(model)
     v0 = 1.5
     T = int(0.6 / h)
-    r = dyn.rollout([0, 0, 0], [v0, 0, 0], np.zeros((T, 0)))
+    r = dyn.rollout_batch([0, 0, 0], [v0, 0, 0], np.zeros((T, 0)))
     vx = r.qvel[:, 0]
     t_stop = v0 / (mu * G)
     k = int(0.5 * t_stop / h)
@@ -192,7 +192,7 @@ def test_sliding_ball_decelerates_then_rolls():
     model = _ball(h)
     dyn = SmoothContactDynamics(model)
     v0 = 2.0
-    r = dyn.rollout([0, 0, 0.1, 1, 0, 0, 0], [v0, 0, 0, 0, 0, 0], np.zeros((int(0.5 / h), 3)))
+    r = dyn.rollout_batch([0, 0, 0.1, 1, 0, 0, 0], [v0, 0, 0, 0, 0, 0], np.zeros((int(0.5 / h), 3)))
     vx, wy = r.qvel[:, 0], r.qvel[:, 4]
     k = int(0.02 / h)  # sliding lasts 2 v0 / (7 μ g) ≈ 58 ms
     assert (vx[1] - vx[k]) / ((k - 1) * h) == pytest.approx(G, rel=0.03)
@@ -206,7 +206,7 @@ def test_sliding_ball_decelerates_then_rolls():
 def test_frictionless_scale_keeps_sliding():
     model = _ball(0.01)
     dyn = SmoothContactDynamics(model, SmoothContactModel(friction_scale=0.0))
-    r = dyn.rollout([0, 0, 0.1, 1, 0, 0, 0], [1.0, 0, 0, 0, 0, 0], np.zeros((50, 3)))
+    r = dyn.rollout_batch([0, 0, 0.1, 1, 0, 0, 0], [1.0, 0, 0, 0, 0, 0], np.zeros((50, 3)))
     np.testing.assert_allclose(r.qvel[:, 0], 1.0, atol=1e-12)
 
 
@@ -260,9 +260,9 @@ def test_batched_rollout_matches_single():
     q0 = np.array([[0, 0, 0.3, 1, 0, 0, 0], [0, 0, 0.1, 1, 0, 0, 0]], float)
     v0 = np.array([[0, 0, -1, 0, 0, 0], [1, 0, 0, 0, 0, 0]], float)
     U = np.random.default_rng(0).uniform(-5, 5, (2, 20, 3))
-    rb = dyn.rollout(q0, v0, U)
+    rb = dyn.rollout_batch(q0, v0, U)
     assert rb.qpos.shape == (2, 21, 7) and rb.qvel.shape == (2, 21, 6) and rb.normal.shape == (2, 20)
     for k in range(2):
-        rs = dyn.rollout(q0[k], v0[k], U[k])
+        rs = dyn.rollout_batch(q0[k], v0[k], U[k])
         np.testing.assert_array_equal(rs.qpos, rb.qpos[k])
         np.testing.assert_array_equal(rs.qvel, rb.qvel[k])

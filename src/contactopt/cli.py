@@ -47,10 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--width", type=int, default=640, help="video width in pixels (default 640)")
     s.add_argument("--height", type=int, default=480, help="video height in pixels (default 480)")
     s.add_argument("--fps", type=float, default=30.0, help="video frame rate (default 30)")
-    s.add_argument("--contact", choices=("mujoco", "convex"), default="mujoco",
-                   help="contact model: MuJoCo's own (default) or the convex invertible model")
+    s.add_argument("--contact", choices=("mujoco", "convex", "smooth"), default="mujoco",
+                   help="contact model: MuJoCo's own (default), the convex invertible model, or the "
+                        "smooth model of the iLQG paper")
     s.add_argument("--kappa", type=float, default=None,
                    help="barrier weight of the convex contact model (default 0.1, the paper's)")
+    s.add_argument("--eta", type=float, default=None,
+                   help="η of the smooth contact model (default 0.7, the paper's simulator)")
     s.set_defaults(func=cmd_simulate)
 
     b = sub.add_parser("bench", help="run a named benchmark (table, or JSON with --json)")
@@ -134,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--latency", type=float, default=None, metavar="SECONDS",
                    help="MPC planners, sync mode: extra delay before each plan is applied that the "
                         "planner is not told about")
+    r.add_argument("--plant-contact", choices=("mujoco", "smooth"), default=None,
+                   help="MPC planners: step the plant with MuJoCo's contacts (default) or the smooth "
+                        "contact model of the iLQG paper")
+    r.add_argument("--plant-eta", type=float, default=None,
+                   help="with --plant-contact smooth: η of the plant's contacts (default 0.7, the paper's)")
     r.set_defaults(func=cmd_run)
 
     # --- gui subcommand (contactopt.gui): begin ---
@@ -261,6 +269,12 @@ def cmd_simulate(args) -> int:
         from .contact import ConvexContactModel
 
         contact_model = ConvexContactModel(kappa=args.kappa)
+    if args.eta is not None:
+        if args.contact != "smooth":
+            raise ParameterError("--eta applies to --contact smooth only")
+        from .contact import SmoothContactModel
+
+        contact_model = SmoothContactModel(eta=args.eta)
     sim_options = dict(keyframe=args.keyframe, contact=args.contact, contact_model=contact_model)
     if args.video is None:
         result = simulate(model, args.seconds, **sim_options)
@@ -339,7 +353,7 @@ def cmd_bench(args) -> int:
             from .bench.tasks_bench import parse_seed_range
 
             seeds = parse_seed_range(value)
-            if bench.name not in ("tasks", "robustness"):  # the planner benchmarks take a count of seeds from 0
+            if "workers" not in bench.options:  # the serial benchmarks take a count of seeds from 0
                 if seeds.start != 0:
                     raise ParameterError(f"bench {bench.name} takes a count of seeds (--seeds N), got {value!r}")
                 value = len(seeds)
@@ -405,6 +419,11 @@ def _check_run_args(args) -> None:
         raise ParameterError("--lag applies to --mode sync (async mode measures the lag)")
     if args.deterministic and (args.lag is not None or args.mode == "async"):
         raise ParameterError("--deterministic fixes the sync-mode lag itself; it excludes --lag and --mode async")
+    if args.plant_eta is not None:
+        if args.plant_contact != "smooth":
+            raise ParameterError("--plant-eta applies to --plant-contact smooth")
+        if not (math.isfinite(args.plant_eta) and 0 < args.plant_eta <= 1):
+            raise ParameterError(f"--plant-eta must be in (0, 1], got {args.plant_eta}")
     for flag, value in (("--mass-scale", args.mass_scale), ("--friction-scale", args.friction_scale),
                         ("--gain-scale", args.gain_scale)):
         if value is not None and not (math.isfinite(value) and value > 0):
@@ -493,7 +512,8 @@ def cmd_run_file(args, task=None, default_planner: str = "ilqg") -> int:
     pushes = [_parse_push(text) for text in args.push or ()]
     common = dict(mode=args.mode or "sync", slowdown=args.slowdown or 1.0, mass_scale=args.mass_scale or 1.0,
                   friction_scale=args.friction_scale or 1.0, gain_scale=args.gain_scale or 1.0,
-                  latency=args.latency or 0.0, settings=settings)
+                  latency=args.latency or 0.0, settings=settings, plant_contact=args.plant_contact or "mujoco",
+                  plant_eta=0.7 if args.plant_eta is None else args.plant_eta)
     lag, lag_note = args.lag, None
     if args.deterministic:
         from .mpc.calibration import CALIBRATION_SECONDS, calibrated_lag
@@ -534,7 +554,7 @@ def cmd_run(args) -> int:
     spec = load_task(args.task)
     generic = spec.task_factory is not None and (
         (args.planner is not None and args.planner not in spec.runners) or args.settings or args.options
-        or args.save_trajectory)
+        or args.save_trajectory or args.plant_contact is not None)
     if generic:  # the scenario's planner-independent Task, with any registered planner
         return cmd_run_file(args, task=spec.task(), default_planner=spec.planners[0])
     if args.settings or args.options:
@@ -542,6 +562,9 @@ def cmd_run(args) -> int:
                              f"{args.task!r} has fixed settings")
     if args.save_trajectory is not None:
         raise ParameterError(f"--save-trajectory applies to task files and to tasks with a planner-independent "
+                             f"form; {args.task!r} has none")
+    if args.plant_contact is not None:
+        raise ParameterError(f"--plant-contact applies to task files and to tasks with a planner-independent "
                              f"form; {args.task!r} has none")
     runner = spec.runner(args.planner)
     _check_run_args(args)

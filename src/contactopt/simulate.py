@@ -149,7 +149,7 @@ def simulate(
     contact: str = "mujoco",
     contact_model=None,
 ) -> SimulationResult:
-    """Simulate ``model`` for ``seconds``: MuJoCo's own dynamics (``mj_step``) or the convex contact model.
+    """Simulate ``model`` for ``seconds``: MuJoCo's own dynamics (``mj_step``), the convex or the smooth contact model.
 
     The initial state is the keyframe ``keyframe`` (default ``"home"``, falling back
     to ``qpos0``), overridden by ``qpos``/``qvel`` when given.  Controls are zero
@@ -168,9 +168,13 @@ def simulate(
       contact: ``"mujoco"`` (``mj_step`` with MuJoCo's soft constraints and the model's
         integrator) or ``"convex"`` (semi-implicit Euler with the convex invertible contact
         model: :class:`~contactopt.contact.ConvexDynamics`; contact count and normal force
-        are then the convex model's, limits excluded).
+        are then the convex model's, limits excluded), or ``"smooth"`` (semi-implicit Euler with
+        the smooth diagonal contact model of the online-iLQG paper,
+        :class:`~contactopt.contact.SmoothContactDynamics`; contact count and normal force are
+        its active contacts and impulses / h).
       contact_model: the :class:`~contactopt.contact.ConvexContactModel` for
-        ``contact="convex"`` (default parameters if None).
+        ``contact="convex"``, or the :class:`~contactopt.contact.SmoothContactModel` for
+        ``contact="smooth"`` (default parameters if None).
 
     Returns:
       :class:`SimulationResult`; with ``contact="convex"``, ``extra`` holds
@@ -183,10 +187,10 @@ def simulate(
       SimulationError: the state became non-finite, or MuJoCo flagged a bad qpos/qvel/qacc
         (and reset the state) at the start or during the run.
     """
-    if contact not in ("mujoco", "convex"):
-        raise ParameterError(f"contact must be 'mujoco' or 'convex', got {contact!r}")
-    if contact_model is not None and contact != "convex":
-        raise ParameterError("contact_model is only used with contact='convex'")
+    if contact not in ("mujoco", "convex", "smooth"):
+        raise ParameterError(f"contact must be 'mujoco', 'convex' or 'smooth', got {contact!r}")
+    if contact_model is not None and contact == "mujoco":
+        raise ParameterError("contact_model is only used with contact='convex' or 'smooth'")
     h = float(model.opt.timestep)
     n = num_steps(seconds, h)
     data = mujoco.MjData(model)
@@ -212,6 +216,10 @@ def simulate(
             from .contact.convex_dynamics import ConvexDynamics
 
             stepper = ConvexDynamics(model, contact_model)  # copies the model with energy enabled
+        elif contact == "smooth":
+            from .contact.smooth import SmoothContactDynamics
+
+            stepper = SmoothContactDynamics(model, contact_model)
         mujoco.mj_forward(model, data)
         reset = new_reset_warnings(data, warnings_before)
         if reset:  # the initial state (a keyframe, or qpos/qvel within 1e10) made MuJoCo reset it
@@ -234,6 +242,14 @@ def simulate(
                 if stepper is None:
                     mujoco.mj_step(model, data)
                     rec.derived(k, model, data)
+                elif contact == "smooth":
+                    try:
+                        impulse = stepper.step_data(data)
+                    except ContactoptError as e:
+                        result = rec.result(name, h, k, frames, time.perf_counter() - start)
+                        raise SimulationError(f"simulation of {name} diverged at t = {k * h:.4f} s ({e}); "
+                                              "try a smaller time step", result) from None
+                    rec.smooth(k, model, stepper, impulse)
                 else:
                     step = stepper.step(data)
                     rec.convex(k, step)
@@ -254,6 +270,8 @@ def simulate(
         rec.state(n, data)
         if stepper is None:
             rec.derived(n, model, data)
+        elif contact == "smooth":  # the derived quantities of the final state, from a step not applied
+            rec.smooth(n, model, stepper, stepper.step(data.qpos, data.qvel, data.ctrl).impulse)
         else:  # the derived quantities of the final state, from a step that is not applied
             rec.convex(n, stepper.forward(data.qpos, data.qvel, ctrl=data.ctrl, qfrc_applied=data.qfrc_applied,
                                           xfrc_applied=data.xfrc_applied, act=data.act if model.na else None,
@@ -265,7 +283,7 @@ def simulate(
     finally:
         model.opt.enableflags = old_flags
     result = rec.result(name, h, n, frames, time.perf_counter() - start)
-    if stepper is not None:
+    if contact == "convex":
         result.extra["contact"] = "convex"
         result.extra["contact_unconverged_steps"] = int(unconverged)
         result.extra["contact_iterations_median"] = float(np.median(rec.iterations[:n])) if n else 0.0
@@ -322,6 +340,17 @@ class _Recorder:
         space = step.problem.space
         self.ncon[k] = space.n_contacts
         self.force[k] = float(step.f[space.normal_rows()[space.n_limits:]].sum()) / step.problem.timestep
+
+    def smooth(self, k, model, stepper, impulse):
+        """Derived quantities of sample k from a smooth-model step taken from it: energy of the
+        evaluated state (the stepper's scratch data), active contacts, normal impulses / h."""
+        d = stepper._smooth.data
+        mujoco.mj_energyPos(stepper._smooth.smooth_model, d)
+        mujoco.mj_energyVel(stepper._smooth.smooth_model, d)
+        self.energy[k] = d.energy
+        space = impulse.space
+        self.ncon[k] = space.n_contacts
+        self.force[k] = float(impulse.normal[space.n_limits:].sum()) / stepper.timestep
 
     def result(self, name, h, n, frames, wall):
         return SimulationResult(

@@ -8,6 +8,9 @@
 * :mod:`.convex_dynamics` — that model in generalized coordinates on any MuJoCo
   model: forward ``(q, w, u) → (q⁺, w⁺)``, inverse ``(q, w, w⁺) → u``, and the
   stepper behind ``simulate(..., contact="convex")``.
+* :mod:`.smooth` — the smooth diagonal contact model of the online-iLQG paper (Tassa, Erez &
+  Todorov 2012, eqs. 14–17): :class:`~.smooth.SmoothContactDynamics` is a planner
+  :class:`~contactopt.dynamics.Dynamics` (rollouts, derivatives) and a plant stepper.
 * :mod:`.reference` — the exact conic problem 13 solved by Clarabel (optional).
 * :mod:`.compliant` — IDTO's compliant contact model: :class:`~.compliant.ContactParameters`,
   :class:`~.compliant.CompliantContactModel` (softplus normal force, smoothed Hunt–Crossley
@@ -27,10 +30,11 @@ from .convex import (
 from .convex_dynamics import ConvexContactProblem, ConvexDynamics, ForwardStep, InverseStep
 from .smooth_dynamics import SingularInertiaError, UnconstrainedDynamics
 from .geometry import ContactSpace, contact_space
+from .smooth import SmoothContactDynamics, SmoothContactModel
 
 __all__ = [
     "BatchSolution", "ContactBatch", "ContactSolution", "ContactStatus", "ConvexContactModel",
     "velocity_barrier", "ContactSpace", "contact_space",
     "ConvexContactProblem", "ConvexDynamics", "ForwardStep", "InverseStep", "SingularInertiaError",
-    "UnconstrainedDynamics",
+    "UnconstrainedDynamics", "SmoothContactDynamics", "SmoothContactModel",
 ]

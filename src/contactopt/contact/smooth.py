@@ -89,16 +89,20 @@ What is approximate
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import mujoco
 import numpy as np
-import scipy.linalg
 
-from ..errors import ParameterError, ShapeError, as_array, check_instance
+from ..dynamics import RolloutResult
+from ..dynamics.state_space import MujocoStateSpace
+from ..dynamics.shared import derivative_indices, interpolate_skipped, thread_count
+from ..errors import NonFiniteError, ParameterError, ShapeError, as_array, check_instance, check_positive
+from ..model import MAX_STATE_VALUE
 from .geometry import ContactSpace, contact_space
-from .smooth_dynamics import UnconstrainedDynamics
+from .smooth_dynamics import SingularInertiaError, UnconstrainedDynamics
 
 __all__ = [
     "smax",
@@ -137,6 +141,22 @@ def smin(x, beta):
     ``min(x, 0)`` as ``β → 0``.  Not used by the friction clamp (module docstring).
     """
     return np.asarray(beta, dtype=float) - smax(-np.asarray(x, dtype=float), beta)
+
+
+#: regularization of the diagonal: ``1/(A_ii + r)`` with ``r = MOBILITY_FLOOR · max_j A_jj``.  A row
+#: whose point barely moves along it (``J_i`` near rounding noise, e.g. two thighs side by side)
+#: would otherwise get an impulse ``∝ 1/A_ii`` whose generalized force ``J_iᵀλ ∝ 1/‖J_i‖`` is
+#: unbounded even when the row is separating (``smax > 0`` everywhere).  Mass ratios up to 1e6
+#: between bodies in contact are unaffected.
+MOBILITY_FLOOR = 1e-6
+
+
+def regularized_inverse(A_diag: np.ndarray) -> np.ndarray:
+    """``1 / (A_ii + r)`` per row, ``r = MOBILITY_FLOOR · max A`` (a smooth floor on the mobility)."""
+    A_diag = np.asarray(A_diag, dtype=float)
+    if not A_diag.size:
+        return A_diag.copy()
+    return 1.0 / (A_diag + MOBILITY_FLOOR * max(float(A_diag.max()), 0.0) + 1e-300)
 
 
 def _fade(phi, w0, w1):
@@ -212,12 +232,13 @@ class SmoothContactModel:
             return f
         nrm = space.normal_rows()
         a = self.activation(space.distance)
-        lam = a * smax(-self.eta * b[nrm], self.beta) / A_diag[nrm]
+        inv_A = regularized_inverse(A_diag)
+        lam = a * smax(-self.eta * b[nrm], self.beta) * inv_A[nrm]
         f[nrm] = lam
         nc = space.n_contacts
         if nc:
             tan = space.tangent_rows()
-            nu_bar = -b[tan] / A_diag[tan]                      # (nc, 2)
+            nu_bar = -b[tan] * inv_A[tan]                      # (nc, 2)
             c = self.friction_scale * space.friction * lam[space.n_limits:]
             r = np.hypot(nu_bar[:, 0], nu_bar[:, 1])
             p = self.friction_sharpness
@@ -230,6 +251,81 @@ class SmoothContactModel:
                 g = np.where(den > 0, c / den, 0.0)
             f[tan] = nu_bar * g[:, None]
         return f
+
+    def activation_derivative(self, distance) -> np.ndarray:
+        """``a'(φ)`` [1/m] of :meth:`activation`: ``−30 t²(1 − t)² / (fade · w_max)`` on the fade band."""
+        w1 = self.w_max
+        w0 = (1.0 - self.fade) * w1
+        t = np.clip((np.asarray(distance, dtype=float) - w0) / (w1 - w0), 0.0, 1.0)
+        return -30.0 * t * t * (1.0 - t) ** 2 / (w1 - w0)
+
+    def impulse_jacobian(self, space: ContactSpace, b: np.ndarray, A_diag: np.ndarray):
+        """Derivatives of :meth:`impulses` with ``J``, ``A`` and the frames held fixed.
+
+        Normal rows: ``λ = a(φ) smax(−η b_n, β) / A_nn``, so ``∂λ/∂b_n = −η a smax'(−η b_n) / A_nn``
+        and ``∂λ/∂φ|_b = a'(φ) smax(−η b_n, β) / A_nn`` (the activation only; ``b_n`` holds
+        ``φ/h`` as well, which the caller chains through ``∂b/∂φ``).  Tangent rows of a contact:
+        ``ν = ν̄ g``, ``ν̄ = −b_t / A_t``, ``g = c / (c^p + r^p)^{1/p}``, ``r = ‖ν̄‖``, ``c = s μ λ``::
+
+            ∂ν/∂ν̄ = g I − c r^{p−2} / ((c^p + r^p) (c^p + r^p)^{1/p}) ν̄ ν̄ᵀ
+            ∂ν/∂c = ν̄ r^p / ((c^p + r^p) (c^p + r^p)^{1/p})
+
+        Args:
+          space: the :class:`ContactSpace` (``n`` rows); b: ``(n,)``; A_diag: ``(n,)`` as in
+            :meth:`impulses`.
+
+        Returns:
+          ``(F_b, F_phi)``: ``F_b (n, n) = ∂f/∂b`` and ``F_phi (n, n_normal) = ∂f/∂φ`` through the
+          activation, with columns in the order of ``space.normal_rows()`` (= ``space.distance``).
+        """
+        n = space.n
+        nrm = space.normal_rows()
+        F_b = np.zeros((n, n))
+        F_phi = np.zeros((n, nrm.size))
+        if not n:
+            return F_b, F_phi
+        a = self.activation(space.distance)
+        da = self.activation_derivative(space.distance)
+        inv_A = regularized_inverse(A_diag)
+        x = -self.eta * b[nrm]
+        sm = smax(x, self.beta)
+        dsm = 0.5 * (x / np.hypot(x, self.beta) + 1.0)
+        lam = a * sm * inv_A[nrm]
+        dlam_db = -self.eta * a * dsm * inv_A[nrm]
+        dlam_dphi = da * sm * inv_A[nrm]
+        F_b[nrm, nrm] = dlam_db
+        cols = np.arange(nrm.size)
+        F_phi[nrm, cols] = dlam_dphi
+        nc = space.n_contacts
+        if nc:
+            nl = space.n_limits
+            tan = space.tangent_rows()                                   # (nc, 2)
+            inv_A_t = inv_A[tan]
+            nu_bar = -b[tan] * inv_A_t                                   # (nc, 2)
+            mu = self.friction_scale * space.friction                    # (nc,)
+            c = mu * lam[nl:]
+            r = np.hypot(nu_bar[:, 0], nu_bar[:, 1])
+            p = self.friction_sharpness
+            S = c ** p + r ** p                                          # (c^p + r^p)
+            den = S ** (1.0 / p)
+            ok = den > 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                g = np.where(ok, c / den, 0.0)
+                dg_dc = np.where(ok, r ** p / (S * den), 0.0)
+                if p == 2.0:
+                    rp2 = np.ones_like(r)
+                else:
+                    rp2 = np.where(r > 0, r ** (p - 2.0), 0.0)
+                coef = np.where(ok, c * rp2 / (S * den), 0.0)
+            for k in range(nc):
+                rows = tan[k]
+                dnu_dnubar = g[k] * np.eye(2) - coef[k] * np.outer(nu_bar[k], nu_bar[k])
+                F_b[np.ix_(rows, rows)] = dnu_dnubar * (-inv_A_t[k])[None, :]
+                dnu_dlam = nu_bar[k] * dg_dc[k] * mu[k]                 # (2,)
+                j = nl + k                                               # this contact's normal
+                F_b[rows, nrm[j]] = dnu_dlam * dlam_db[j]
+                F_phi[rows, j] = dnu_dlam * dlam_dphi[j]
+        return F_b, F_phi
 
 
 # --------------------------------------------------------------------------- dynamics
@@ -280,8 +376,14 @@ class SmoothRollout(NamedTuple):
     normal: np.ndarray
 
 
-class SmoothContactDynamics:
-    """Semi-implicit Euler with the paper's smooth diagonal contact model.
+class SmoothContactDynamics(MujocoStateSpace):
+    """Semi-implicit Euler with the paper's smooth diagonal contact model, as planner dynamics.
+
+    Implements :class:`~contactopt.dynamics.Dynamics` on the state ``x = [qpos, qvel, act]``
+    (tangent ``[dq, dv, dact]``, MuJoCo's convention): :meth:`rollout` under a feedback
+    policy and :meth:`derivatives` ``A = ∂x'/∂x``, ``B = ∂x'/∂u``, so iLQG can plan with it
+    (``contactopt run TASK --set dynamics=smooth``); :meth:`step_data` advances an ``MjData``,
+    so it can be the plant (``--plant-contact smooth``).
 
     Args:
       model: the ``MjModel``; its ``opt.timestep`` is h.  MuJoCo's smooth dynamics
@@ -291,32 +393,77 @@ class SmoothContactDynamics:
         ``opt.disableflags`` (contact/limit/constraint) still select which rows exist.
       contact_model: :class:`SmoothContactModel` (defaults if None).
       implicit_damping: ``M + h·diag(dof_damping)`` as in MuJoCo's Euler integrator.
+      derivatives: ``"analytic"`` (default) or ``"fd"``, how :meth:`derivatives` works
+        (:meth:`linearize`).
+      nthread: threads of :meth:`derivatives` (default ``$CONTACTOPT_NUM_THREADS``, else the
+        CPU count); each has its own scratch data.
+      derivative_stride: differentiate every k-th step (and the last), interpolate between.
+      eps: finite-difference step.
 
-    Not thread-safe (one scratch ``MjData``).  Activations (``na > 0``) are
-    integrated by explicit Euler in :meth:`step_data`; :meth:`step` takes none.
+    Activations (``na > 0``) are integrated by explicit Euler.  :meth:`step` and
+    :meth:`rollout_batch` take ``act = 0``; :meth:`rollout` and :meth:`step_data` carry them.
+    Not thread-safe (one scratch ``MjData`` per object; :meth:`derivatives` makes its own).
     """
 
     def __init__(self, model: mujoco.MjModel, contact_model: SmoothContactModel | None = None, *,
-                 implicit_damping: bool = True):
-        self.model = check_instance("model", model, mujoco.MjModel)
+                 implicit_damping: bool = True, derivatives: str = "analytic", nthread: int | None = None,
+                 derivative_stride: int = 1, eps: float = 1e-6):
+        model = check_instance("model", model, mujoco.MjModel)
         self.contact_model = check_instance("contact_model", contact_model, SmoothContactModel, SmoothContactModel)
-        self._smooth = UnconstrainedDynamics(model, implicit_damping=implicit_damping)
+        self._init_state_space(model)
+        self._implicit_damping = bool(implicit_damping)
+        self._smooth = UnconstrainedDynamics(model, implicit_damping=implicit_damping, damping_in_armature=True)
         self.timestep = self._smooth.timestep
+        if derivatives not in ("analytic", "fd"):
+            raise ParameterError(f"derivatives must be 'analytic' or 'fd', got {derivatives!r}")
+        self.derivative_mode = derivatives
+        self.nthread = thread_count(nthread)
+        if isinstance(derivative_stride, bool) or int(derivative_stride) != derivative_stride or derivative_stride < 1:
+            raise ParameterError(f"derivative_stride must be an integer >= 1, got {derivative_stride!r}")
+        self.derivative_stride = int(derivative_stride)
+        self.eps = check_positive("eps", eps)
+        self._workers: list[UnconstrainedDynamics] = []
+        self._pool: ThreadPoolExecutor | None = None
+        # first dof of each free/ball joint's rotation (a local rotation vector); the other dofs
+        # integrate linearly, dq' = dq + h dv'
+        self._rotation_dofs = [int(model.jnt_dofadr[j]) + (3 if t == _FREE else 0)
+                               for j, t in enumerate(model.jnt_type) if t in (_FREE, _BALL)]
+        self._dq_identity = np.ones(model.nv)
+        for dadr in self._rotation_dofs:
+            self._dq_identity[dadr:dadr + 3] = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Shut the derivative thread pool down (recreated on demand)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ one step
 
     def _load(self, qpos, qvel, ctrl, qfrc_applied=None, xfrc_applied=None, act=None,
-              mocap_pos=None, mocap_quat=None):
-        self._smooth.load(qpos, qvel, ctrl=ctrl, qfrc_applied=qfrc_applied, xfrc_applied=xfrc_applied,
-                          act=act, mocap_pos=mocap_pos, mocap_quat=mocap_quat)
+              mocap_pos=None, mocap_quat=None, scratch=None):
+        (scratch or self._smooth).load(qpos, qvel, ctrl=ctrl, qfrc_applied=qfrc_applied,
+                                       xfrc_applied=xfrc_applied, act=act, mocap_pos=mocap_pos,
+                                       mocap_quat=mocap_quat)
 
-    def _advance(self) -> SmoothStep:
-        """One step from the state loaded in the scratch data."""
-        m, d, h = self._smooth.smooth_model, self._smooth.data, self.timestep
-        _, factor = self._smooth.evaluate()
-        v_free = d.qvel + h * scipy.linalg.cho_solve(factor, d.qfrc_smooth, check_finite=False)
+    def _advance(self, scratch: UnconstrainedDynamics | None = None) -> SmoothStep:
+        """One step from the state loaded in the scratch data (eqs. 14–17)."""
+        sd = scratch or self._smooth
+        m, d, h = sd.smooth_model, sd.data, self.timestep
+        _, factor = sd.evaluate()
+        v_free = d.qvel + h * sd.solve(d.qfrc_smooth, factor)
         space = contact_space(self.model, d, self.contact_model.w_max)
         if space.n:
             J = space.J
-            Minv_JT = scipy.linalg.cho_solve(factor, J.T, check_finite=False)
+            Minv_JT = sd.solve(J.T, factor)
             A_diag = np.einsum("ij,ji->i", J, Minv_JT)
             b = J @ v_free
             b[space.normal_rows()] += space.distance / h
@@ -349,11 +496,14 @@ class SmoothContactDynamics:
         self._load(qpos, qvel, ctrl, qfrc_applied, xfrc_applied, None, mocap_pos, mocap_quat)
         return self._advance()
 
-    def step_data(self, data: mujoco.MjData) -> SmoothImpulse:
+    def step_data(self, data: mujoco.MjData, *, forward: bool = False) -> SmoothImpulse:
         """Advance ``data`` in place by one step (``qpos``, ``qvel``, ``act``, ``time``).
 
-        Reads ``qpos, qvel, ctrl, qfrc_applied, xfrc_applied, act`` and mocap poses.
-        Derived quantities of ``data`` are not updated.  Returns the impulse.
+        Reads ``qpos, qvel, ctrl, qfrc_applied, xfrc_applied, act`` and mocap poses.  With
+        ``forward=False`` the derived quantities of ``data`` (positions, sensors) are not
+        updated; ``forward=True`` recomputes them for the new state by ``mj_forward`` on the
+        constraint-free copy (so ``data``'s contacts and constraint forces stay empty: the
+        contacts are this model's).  Returns the impulse.
         """
         m = self.model
         if not isinstance(data, mujoco.MjData):
@@ -369,10 +519,68 @@ class SmoothContactDynamics:
         data.qpos[:] = res.qpos
         data.qvel[:] = res.qvel
         data.time += self.timestep
+        if forward:
+            mujoco.mj_forward(self._smooth.smooth_model, data)
         return res.impulse
 
-    def rollout(self, qpos0, qvel0, ctrls) -> SmoothRollout:
-        """Roll out ``T`` steps from ``(qpos0, qvel0)`` under ``ctrls``.
+    def _step_state(self, x: np.ndarray, u: np.ndarray, scratch=None) -> np.ndarray:
+        """``x' = f(x, u)`` for a packed state ``x (nx,)`` → ``(nx,)``."""
+        nq, nv = self.nq, self.nv
+        sd = scratch or self._smooth
+        sd.load(x[:nq], x[nq:nq + nv], ctrl=u, act=x[nq + nv:] if self.na else None)
+        res = self._advance(sd)
+        out = np.empty(self.nx)
+        out[:nq], out[nq:nq + nv] = res.qpos, res.qvel
+        if self.na:
+            out[nq + nv:] = sd.integrate_activation()
+        return out
+
+    # ------------------------------------------------------------------ Dynamics: rollout
+
+    def rollout(self, x0, U, *, X_ref=None, K=None, lower=None, upper=None) -> RolloutResult:
+        """Simulate ``T`` steps: ``u_i = clip(U_i + K_i (x_i ⊖ X_ref_i), lower, upper)``, ``x_{i+1} = f(x_i, u_i)``.
+
+        Args:
+          x0: ``(nx,)``; U: ``(T, nu)``; X_ref: ``(≥T, nx)`` (required with ``K``);
+          K: ``(T, nu, ndx)``; lower, upper: ``(nu,)`` (default :attr:`control_lower`/``upper``).
+
+        Returns:
+          :class:`~contactopt.dynamics.RolloutResult`; a step that fails (non-finite or huge
+          state, singular inertia) sets ``diverged`` and fills the remaining rows with NaN.
+        """
+        x0 = as_array("x0", x0, (self.nx,), max_abs=MAX_STATE_VALUE)
+        U = as_array("U", U, (None, self.nu))
+        T = U.shape[0]
+        if K is not None:
+            K = as_array("K", K, (T, self.nu, self.ndx))
+            if X_ref is None:
+                raise ParameterError("rollout: X_ref is required with feedback gains K")
+            X_ref = as_array("X_ref", X_ref, (None, self.nx))
+            if X_ref.shape[0] < T:
+                raise ParameterError(f"rollout: X_ref has {X_ref.shape[0]} rows, need at least {T}")
+        lo = self.control_lower if lower is None else np.asarray(lower, dtype=float)
+        hi = self.control_upper if upper is None else np.asarray(upper, dtype=float)
+        X = np.empty((T + 1, self.nx))
+        Ua = np.empty((T, self.nu))
+        X[0] = x0
+        for i in range(T):
+            u = U[i]
+            if K is not None:
+                u = u + K[i] @ self.state_difference(X_ref[i], X[i])
+            Ua[i] = np.minimum(np.maximum(u, lo), hi)
+            try:
+                xi = self._step_state(X[i], Ua[i])
+            except (NonFiniteError, SingularInertiaError, ParameterError):
+                xi = None
+            if xi is None or not np.all(np.abs(xi) <= MAX_STATE_VALUE):
+                X[i + 1:] = np.nan
+                Ua[i + 1:] = np.nan
+                return RolloutResult(X, Ua, True, i)
+            X[i + 1] = xi
+        return RolloutResult(X, Ua)
+
+    def rollout_batch(self, qpos0, qvel0, ctrls) -> SmoothRollout:
+        """Open-loop rollouts of ``T`` steps from ``(qpos0, qvel0)`` under ``ctrls`` (``act = 0``).
 
         Args:
           qpos0 ``(nq,)`` or ``(B, nq)``; qvel0 ``(nv,)`` or ``(B, nv)`` (same leading shape);
@@ -411,3 +619,231 @@ class SmoothContactDynamics:
         if not batched:
             Q, V, lam = Q[0], V[0], lam[0]
         return SmoothRollout(Q, V, lam)
+
+    # ------------------------------------------------------------------ Dynamics: derivatives
+
+    def derivative_indices(self, T: int) -> np.ndarray:
+        """Step indices that are differentiated for a horizon ``T`` (the rest are interpolated)."""
+        return derivative_indices(T, self.derivative_stride)
+
+    def derivatives(self, X, U, *, nthread: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Transition Jacobians ``A (T, ndx, ndx)``, ``B (T, ndx, nu)`` along a trajectory.
+
+        Args:
+          X: ``(T+1, nx)`` or ``(T, nx)`` states (row ``T`` is ignored); U: ``(T, nu)``.
+          nthread: override of the thread count for this call.
+
+        Each differentiated step is :meth:`linearize` (its mode: :attr:`derivative_mode`); with
+        a stride ``k > 1`` the steps in between are interpolated linearly.
+        """
+        U = as_array("U", U, (None, self.nu))
+        T = U.shape[0]
+        if T < 1:
+            raise ParameterError("horizon must be at least one step (U has 0 rows)")
+        X = as_array("X", X, (None, self.nx))
+        if X.shape[0] not in (T, T + 1):
+            raise ParameterError(f"X has {X.shape[0]} rows, expected {T} or {T + 1} for {T} controls")
+        A = np.zeros((T, self.ndx, self.ndx))
+        B = np.zeros((T, self.ndx, self.nu))
+        idx = self.derivative_indices(T)
+        nth = max(1, min(self.nthread if nthread is None else int(nthread), len(idx)))
+        while len(self._workers) < nth:
+            self._workers.append(UnconstrainedDynamics(self.model, implicit_damping=self._implicit_damping,
+                                                       damping_in_armature=True))
+
+        def work(j):
+            sd = self._workers[j]
+            for i in idx[j::nth]:
+                A[i], B[i] = self.linearize(X[i], U[i], scratch=sd)
+
+        if nth == 1:
+            work(0)
+        else:
+            if self._pool is None or self._pool._max_workers < nth - 1:
+                self.close()
+                self._pool = ThreadPoolExecutor(max_workers=nth - 1, thread_name_prefix="contactopt-smooth")
+            futures = [self._pool.submit(work, j) for j in range(1, nth)]
+            try:
+                work(0)
+            finally:
+                for f in futures:
+                    f.result()
+        if self.derivative_stride > 1:
+            interpolate_skipped(A, B, idx)
+        return A, B
+
+    def linearize(self, x, u, *, mode: str | None = None, scratch=None) -> tuple[np.ndarray, np.ndarray]:
+        """``A = ∂x'/∂x (ndx, ndx)``, ``B = ∂x'/∂u (ndx, nu)`` of one step at ``(x, u)``.
+
+        ``mode="fd"``: forward differences of the whole step (each column re-runs collision
+        detection and the contact model) — the readable reference.
+
+        ``mode="analytic"`` (default): with ``M̃ = M + hD``, ``a = M̃⁻¹ r`` (``r = qfrc_smooth``),
+        ``v_free = v + h a``, ``b = J v_free + φ/h`` (normal rows), ``f = f(b, φ)`` and
+        ``v' = v_free + M̃⁻¹ Jᵀ f``, every column ``z`` of ``(dq, dv, dact, du)`` is::
+
+            ∂v_free/∂z = [z = v] + h M̃⁻¹ (∂r/∂z − [z = q] ∂M/∂q a)     (MuJoCo, forward differences)
+            ∂b/∂z      = J ∂v_free/∂z + [z = q] J_n / h                  (∂φ/∂q = J_n)
+            ∂f/∂z      = F_b ∂b/∂z + [z = q] F_φ J_n                     (:meth:`SmoothContactModel.impulse_jacobian`)
+            ∂v'/∂z     = ∂v_free/∂z + M̃⁻¹ Jᵀ ∂f/∂z
+
+        which is exact in ``v``, ``act`` and ``u`` and neglects, in ``q``, the change of the
+        contact frames, of ``J`` and of ``M̃⁻¹Jᵀ`` (curvature terms ``∝ f`` and ``∝ J̇``).  Then
+        ``q' = q ⊕ h v'``: ``dq' = dq + h dv'`` for hinge, slide and translation dofs, and
+        ``dθ' = R(hω')ᵀ dθ + J_r(hω') h dω'`` for the rotation of a free or ball joint (``J_r`` the
+        right Jacobian of SO(3)); ``act' = act + h act_dot``.
+
+        Args:
+          x: ``(nx,)``; u: ``(nu,)``; mode: ``"analytic"``/``"fd"`` (default :attr:`derivative_mode`).
+        """
+        mode = self.derivative_mode if mode is None else mode
+        x = as_array("x", x, (self.nx,), max_abs=MAX_STATE_VALUE)
+        u = as_array("u", u, (self.nu,))
+        sd = scratch or self._smooth
+        if mode == "fd":
+            return self._linearize_fd(x, u, sd)
+        if mode != "analytic":
+            raise ParameterError(f"mode must be 'analytic' or 'fd', got {mode!r}")
+        return self._linearize_analytic(x, u, sd)
+
+    def _fd_control_step(self, k: int, u: np.ndarray) -> float:
+        """Forward-difference step of control ``k``, negative where ``u + eps`` passes the upper limit."""
+        return -self.eps if u[k] + self.eps > self.control_upper[k] else self.eps
+
+    def _linearize_fd(self, x, u, sd):
+        ndx, nu, eps = self.ndx, self.nu, self.eps
+        x0 = self._step_state(x, u, sd)
+        A = np.empty((ndx, ndx))
+        B = np.empty((ndx, nu))
+        dx = np.zeros(ndx)
+        for j in range(ndx):
+            dx[j] = eps
+            xj = self.state_integrate(x, dx)
+            dx[j] = 0.0
+            A[:, j] = self.state_difference(x0, self._step_state(xj, u, sd)) / eps
+        for k in range(nu):
+            e = self._fd_control_step(k, u)
+            uk = u.copy()
+            uk[k] += e
+            B[:, k] = self.state_difference(x0, self._step_state(x, uk, sd)) / e
+        return A, B
+
+    def _linearize_analytic(self, x, u, sd):
+        nq, nv, na, nu, h, eps = self.nq, self.nv, self.na, self.nu, self.timestep, self.eps
+        ndx = self.ndx
+        m, d = sd.smooth_model, sd.data
+        q, v = x[:nq], x[nq:nq + nv]
+        act = x[nq + nv:] if na else None
+        sd.load(q, v, ctrl=u, act=act)
+        _, factor = sd.evaluate()
+        r0 = d.qfrc_smooth.copy()
+        adot0 = d.act_dot.copy() if na else None
+        a_free = sd.solve(r0, factor)
+        v_free = v + h * a_free
+        space = contact_space(self.model, d, self.contact_model.w_max)
+        # columns z = (dq, dv, dact, du): dR = ∂r/∂z − [z = q] ∂M/∂q a, dAdot = ∂act_dot/∂z
+        nz = ndx + nu
+        dR = np.empty((nv, nz))
+        dAdot = np.empty((na, nz)) if na else None
+        Ma0 = np.empty(nv)
+        mujoco.mj_mulM(m, d, Ma0, a_free)
+        y0 = r0 - Ma0
+        Ma = np.empty(nv)
+        dq = np.zeros(nv)
+        qj = np.empty(nq)
+        skip_none, skip_pos, skip_vel = _STAGE_NONE, _STAGE_POS, _STAGE_VEL
+        for j in range(nv):                                   # positions: everything changes
+            dq[j] = eps
+            qj[:] = q
+            mujoco.mj_integratePos(m, qj, dq, 1.0)
+            dq[j] = 0.0
+            d.qpos[:] = qj
+            mujoco.mj_forwardSkip(m, d, skip_none, 1)
+            mujoco.mj_mulM(m, d, Ma, a_free)
+            dR[:, j] = (d.qfrc_smooth - Ma - y0) / eps
+            if na:
+                dAdot[:, j] = (d.act_dot - adot0) / eps
+        d.qpos[:] = q
+        mujoco.mj_forwardSkip(m, d, skip_none, 1)             # back to the base positions
+        for j in range(nv):                                   # velocities: skip the position stage
+            d.qvel[j] = v[j] + eps
+            mujoco.mj_forwardSkip(m, d, skip_pos, 1)
+            d.qvel[j] = v[j]
+            dR[:, nv + j] = (d.qfrc_smooth - r0) / eps
+            if na:
+                dAdot[:, nv + j] = (d.act_dot - adot0) / eps
+        if na or nu:
+            mujoco.mj_forwardSkip(m, d, skip_pos, 1)
+        for k in range(na):                                   # activations and controls: skip both
+            d.act[k] = act[k] + eps
+            mujoco.mj_forwardSkip(m, d, skip_vel, 1)
+            d.act[k] = act[k]
+            dR[:, 2 * nv + k] = (d.qfrc_smooth - r0) / eps
+            dAdot[:, 2 * nv + k] = (d.act_dot - adot0) / eps
+        for k in range(nu):
+            e = self._fd_control_step(k, u)
+            d.ctrl[k] = u[k] + e
+            mujoco.mj_forwardSkip(m, d, skip_vel, 1)
+            d.ctrl[k] = u[k]
+            dR[:, ndx + k] = (d.qfrc_smooth - r0) / e
+            if na:
+                dAdot[:, ndx + k] = (d.act_dot - adot0) / e
+        Dv = h * sd.solve(dR, factor)                              # ∂v_free/∂z (nv, nz)
+        Dv[np.arange(nv), nv + np.arange(nv)] += 1.0
+        v_next = v_free
+        if space.n:
+            J = space.J
+            Minv_JT = sd.solve(J.T, factor)
+            A_diag = np.einsum("ij,ji->i", J, Minv_JT)
+            nrm = space.normal_rows()
+            b = J @ v_free
+            b[nrm] += space.distance / h
+            f = self.contact_model.impulses(space, b, A_diag)
+            v_next = v_free + Minv_JT @ f
+            F_b, F_phi = self.contact_model.impulse_jacobian(space, b, A_diag)
+            Jn = J[nrm]
+            Db = J @ Dv
+            Db[nrm, :nv] += Jn / h
+            Df = F_b @ Db
+            Df[:, :nv] += F_phi @ Jn
+            Dv = Dv + Minv_JT @ Df
+        # positions q' = q ⊕ h v'
+        Dq = h * Dv
+        Dq[np.arange(nv), np.arange(nv)] += self._dq_identity
+        for dadr in self._rotation_dofs:
+            R, Jr = _so3_exp_and_right_jacobian(h * v_next[dadr:dadr + 3])
+            rows = slice(dadr, dadr + 3)
+            Dq[rows] = Jr @ Dq[rows]                          # h dω' through J_r
+            Dq[rows, rows] += R.T                             # dθ, transported to the new frame
+        out = np.empty((ndx, nz))
+        out[:nv] = Dq
+        out[nv:2 * nv] = Dv
+        if na:
+            Da = h * dAdot
+            Da[np.arange(na), 2 * nv + np.arange(na)] += 1.0
+            out[2 * nv:] = Da
+        return out[:, :ndx].copy(), out[:, ndx:].copy()
+
+
+_FREE = int(mujoco.mjtJoint.mjJNT_FREE)
+_BALL = int(mujoco.mjtJoint.mjJNT_BALL)
+_STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)
+_STAGE_POS = int(mujoco.mjtStage.mjSTAGE_POS)
+_STAGE_VEL = int(mujoco.mjtStage.mjSTAGE_VEL)
+
+
+def _so3_exp_and_right_jacobian(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``R = exp([w]ₓ)`` and the right Jacobian ``J_r(w)`` of SO(3) for a rotation vector ``w (3,)``.
+
+    ``R = I + (sin θ/θ) W + ((1 − cos θ)/θ²) W²``, ``J_r = I − ((1 − cos θ)/θ²) W + ((θ − sin θ)/θ³) W²``
+    with ``W = [w]ₓ``, ``θ = ‖w‖`` (series for small θ): ``exp(w + δ) ≈ exp(w) exp(J_r δ)``.
+    """
+    th = float(np.linalg.norm(w))
+    W = np.array([[0.0, -w[2], w[1]], [w[2], 0.0, -w[0]], [-w[1], w[0], 0.0]])
+    W2 = W @ W
+    if th < 1e-4:
+        a, b, c = 1.0 - th * th / 6.0, 0.5 - th * th / 24.0, 1.0 / 6.0 - th * th / 120.0
+    else:
+        a, b, c = math.sin(th) / th, (1.0 - math.cos(th)) / th ** 2, (th - math.sin(th)) / th ** 3
+    eye = np.eye(3)
+    return eye + a * W + b * W2, eye - b * W + c * W2

@@ -36,6 +36,9 @@ class UnconstrainedDynamics:
     Args:
       model: the ``MjModel`` (copied: later edits of ``model`` are not seen).
       implicit_damping: add ``h·diag(dof_damping)`` to ``M``.
+      damping_in_armature: add it as armature of the private copy instead, so that MuJoCo's
+        sparse factorization is of ``M + hD`` and :meth:`solve` needs no dense factor (the
+        copy's kinetic energy then includes ``½ h vᵀDv``).
 
     Attributes:
       model: the user's model; smooth_model: the private copy; data: its scratch
@@ -45,14 +48,19 @@ class UnconstrainedDynamics:
     Not thread-safe (one scratch ``MjData``).
     """
 
-    def __init__(self, model: mujoco.MjModel, *, implicit_damping: bool = True):
+    def __init__(self, model: mujoco.MjModel, *, implicit_damping: bool = True,
+                 damping_in_armature: bool = False):
         self.model = model
         self.timestep = check_positive("model.opt.timestep", model.opt.timestep)
         self.smooth_model = copy.deepcopy(model)
         self.smooth_model.opt.disableflags |= _DSBL_CONSTRAINT
-        self.data = mujoco.MjData(self.smooth_model)
         damping = np.asarray(model.dof_damping, dtype=float)
         self._damping = self.timestep * damping if implicit_damping and damping.any() else None
+        if self._damping is not None and damping_in_armature:
+            # M + hD is MuJoCo's own inertia of the copy, so its sparse factor (qLD) solves with it
+            self.smooth_model.dof_armature += self._damping
+            self._damping = None
+        self.data = mujoco.MjData(self.smooth_model)
 
     def load(self, qpos, qvel, *, ctrl=None, qfrc_applied=None, xfrc_applied=None, act=None,
              mocap_pos=None, mocap_quat=None) -> None:
@@ -115,6 +123,20 @@ class UnconstrainedDynamics:
                 "the inertia matrix is not positive definite at this state (check the model's "
                 "masses and armature, or whether the state diverged)") from None
         return M, factor
+
+    def solve(self, rhs: np.ndarray, factor=None) -> np.ndarray:
+        """``(M + hD)⁻¹ rhs`` at the state of the last :meth:`evaluate`, for ``rhs (nv,)`` or ``(nv, k)``.
+
+        With the damping in the armature (or no damping) this is MuJoCo's sparse ``LᵀDL`` solve
+        (``mj_solveM``, no BLAS threads); otherwise ``factor`` (from :meth:`evaluate`) is used.
+        """
+        rhs = np.asarray(rhs, dtype=float)
+        if self._damping is not None:
+            return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
+        y = np.ascontiguousarray(rhs.T if rhs.ndim == 2 else rhs[None])
+        x = np.empty_like(y)
+        mujoco.mj_solveM(self.smooth_model, self.data, x, y)
+        return x.T if rhs.ndim == 2 else x[0]
 
     def integrate_activation(self) -> np.ndarray:
         """``(na,)`` activations after one explicit Euler step from the loaded state."""

@@ -24,7 +24,6 @@ masses): build it with :func:`contactopt.model.with_timestep` and
 from __future__ import annotations
 
 import copy
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -47,6 +46,8 @@ from ..native import (
     np_min,
 )
 from ..simulate import SimulationError
+from .state_space import MujocoStateSpace
+from .shared import derivative_indices, interpolate_skipped, thread_count
 
 __all__ = ["MujocoDynamics", "StepDivergedError", "smooth_contacts"]
 
@@ -147,7 +148,7 @@ class StepDivergedError(SimulationError, FloatingPointError):
     """:meth:`MujocoDynamics.step` diverged: MuJoCo found qpos/qvel/qacc non-finite or beyond
     1e10 (and reset the state).  Also a ``FloatingPointError``, as it was documented before."""
 
-class MujocoDynamics:
+class MujocoDynamics(MujocoStateSpace):
     """Discrete dynamics of a MuJoCo model, one ``mj_step`` per step, with FD derivatives.
 
     Args:
@@ -181,28 +182,14 @@ class MujocoDynamics:
             raise ParameterError(f"model must be a mujoco.MjModel, got {type(model).__name__}")
         # what the rollout and finite-difference loops call, probed once through the bindings
         check_compiled_loops(model, ("step", "transition_fd"), what="MujocoDynamics")
-        self.model = model
-        self.nq, self.nv, self.na, self.nu = model.nq, model.nv, model.na, model.nu
-        self.nx = model.nq + model.nv + model.na
-        self.ndx = 2 * model.nv + model.na
+        self._init_state_space(model)
         self.timestep = float(model.opt.timestep)
-        if nthread is None:  # CONTACTOPT_NUM_THREADS: the sweep's single-threaded workers
-            text = os.environ.get("CONTACTOPT_NUM_THREADS", "").strip()
-            if text and not text.isdigit():
-                raise ParameterError(f"CONTACTOPT_NUM_THREADS must be a positive integer, got {text!r}")
-            nthread = int(text or 0) or os.cpu_count() or 1
-        if int(nthread) != nthread or nthread < 1:
-            raise ParameterError(f"nthread must be a positive integer, got {nthread!r}")
-        self.nthread = int(nthread)
+        self.nthread = thread_count(nthread)
         self.eps = check_positive("eps", eps)
         self.centered = bool(centered)
         if int(derivative_stride) != derivative_stride or derivative_stride < 1:
             raise ParameterError(f"derivative_stride must be an integer >= 1, got {derivative_stride!r}")
         self.derivative_stride = int(derivative_stride)
-        limited = model.actuator_ctrllimited.astype(bool) if model.nu else np.zeros(0, bool)
-        rng = model.actuator_ctrlrange
-        self.control_lower = np.where(limited, rng[:, 0], -np.inf) if model.nu else np.zeros(0)
-        self.control_upper = np.where(limited, rng[:, 1], np.inf) if model.nu else np.zeros(0)
         self._data = mujoco.MjData(model)
         #: run rollouts and finite differences as compiled loops where available (False: the
         #: Python reference loops; the same results)
@@ -231,52 +218,6 @@ class MujocoDynamics:
             self.close()
         except Exception:
             pass
-
-    # ------------------------------------------------------------------ state helpers
-
-    def _set_state(self, d: mujoco.MjData, x: np.ndarray) -> None:
-        nq, nv = self.nq, self.nv
-        d.qpos[:] = x[:nq]
-        d.qvel[:] = x[nq:nq + nv]
-        if self.na:
-            d.act[:] = x[nq + nv:]
-
-    def _get_state(self, d: mujoco.MjData, out: np.ndarray) -> None:
-        nq, nv = self.nq, self.nv
-        out[:nq] = d.qpos
-        out[nq:nq + nv] = d.qvel
-        if self.na:
-            out[nq + nv:] = d.act
-
-    def state_difference(self, X0, X1) -> np.ndarray:
-        """Tangent differences ``X1 ⊖ X0`` of ``(N, nx)`` (or ``(nx,)``) arrays → ``(N, ndx)``."""
-        X0 = np.asarray(X0, dtype=float)
-        single = X0.ndim == 1
-        X0 = as_array("X0", np.atleast_2d(X0), (None, self.nx))
-        X1 = as_array("X1", np.atleast_2d(X1), X0.shape)
-        nq, nv = self.nq, self.nv
-        out = np.empty((X0.shape[0], self.ndx))
-        out[:, nv:] = X1[:, nq:] - X0[:, nq:]
-        dq = np.empty(nv)
-        for i in range(X0.shape[0]):
-            mujoco.mj_differentiatePos(self.model, dq, 1.0, X0[i, :nq], X1[i, :nq])
-            out[i, :nv] = dq
-        return out[0] if single else out
-
-    def state_integrate(self, X, dX) -> np.ndarray:
-        """``X ⊕ dX`` for ``(N, nx)`` states and ``(N, ndx)`` tangents (or single rows)."""
-        X = np.asarray(X, dtype=float)
-        single = X.ndim == 1
-        X = as_array("X", np.atleast_2d(X), (None, self.nx))
-        dX = as_array("dX", np.atleast_2d(dX), (X.shape[0], self.ndx))
-        nq, nv = self.nq, self.nv
-        out = X.copy()
-        out[:, nq:] += dX[:, nv:]
-        for i in range(X.shape[0]):
-            q = out[i, :nq].copy()
-            mujoco.mj_integratePos(self.model, q, dX[i, :nv], 1.0)
-            out[i, :nq] = q
-        return out[0] if single else out
 
     # ------------------------------------------------------------------ simulation
 
@@ -385,10 +326,7 @@ class MujocoDynamics:
 
     def derivative_indices(self, T: int) -> np.ndarray:
         """Step indices that are actually differentiated for a horizon ``T`` (the rest are interpolated)."""
-        idx = list(range(0, T, self.derivative_stride))
-        if idx[-1] != T - 1:
-            idx.append(T - 1)
-        return np.array(idx, dtype=int)
+        return derivative_indices(T, self.derivative_stride)
 
     def _fd_worker(self, j: int, indices, X, U, A, B) -> None:
         d = self._thread_data[j]
@@ -471,11 +409,7 @@ class MujocoDynamics:
 
         def interpolate():
             if self.derivative_stride > 1:
-                for a, b in zip(idx[:-1], idx[1:]):
-                    if b - a > 1:
-                        w = (np.arange(a + 1, b) - a) / (b - a)
-                        A[a + 1:b] = (1 - w)[:, None, None] * A[a] + w[:, None, None] * A[b]
-                        B[a + 1:b] = (1 - w)[:, None, None] * B[a] + w[:, None, None] * B[b]
+                interpolate_skipped(A, B, idx)
             return A, B
 
         # round-robin shares balance steps with and without contacts; share j always uses

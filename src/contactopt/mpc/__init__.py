@@ -21,9 +21,10 @@ from .runner import (
     find_min_slowdown,
     model_error,
     perturb_model,
+    plant_stepper,
     run_mpc,
 )
 
 __all__ = ["run_mpc", "MPCSettings", "MPCResult", "Planner", "PlannerUpdate", "UpdateRecord", "Push",
-           "perturb_model", "model_error", "find_min_slowdown", "ILQGPlanner", "IDTOPlanner", "IDTOPolicy", "Policy", "TrajectoryPolicy",
+           "perturb_model", "model_error", "plant_stepper", "find_min_slowdown", "ILQGPlanner", "IDTOPlanner", "IDTOPolicy", "Policy", "TrajectoryPolicy",
            "ConstantPolicy"]

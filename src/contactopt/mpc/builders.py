@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import ParameterError
 from .registry import Option, PlannerSpec, register, task_cost
 
-__all__ = ["build_gdd", "build_idto", "build_ilqg"]
+__all__ = ["build_gdd", "build_idto", "build_ilqg", "planner_dynamics"]
 
 
 def _grid(task, plant, options):
@@ -51,8 +51,8 @@ _COMMON = (
 
 
 def build_ilqg(task, plant, options, weights, *, textbook: bool = False):
-    """iLQG MPC on MuJoCo dynamics at the planner time step (:class:`~contactopt.mpc.ILQGPlanner`)."""
-    from ..dynamics import MujocoDynamics
+    """iLQG MPC at the planner time step (:class:`~contactopt.mpc.ILQGPlanner`) on the dynamics
+    of :func:`planner_dynamics`."""
     from ..solvers.ilqg import ILQGSettings
     from .ilqg_planner import ILQGPlanner
 
@@ -61,7 +61,7 @@ def build_ilqg(task, plant, options, weights, *, textbook: bool = False):
     h, T = _grid(task, plant, options)
     model = task.make_planner_model(plant, h)
     cost = task_cost(task, model, h, weights)
-    dyn = MujocoDynamics(model, derivative_stride=options["derivative_stride"])
+    dyn = planner_dynamics(model, options)
     fields = {k: options[k] for k in ("mu_init", "mu_min", "mu_max", "delta0", "line_search_steps")
               if options.get(k) is not None}
     settings = ILQGSettings.textbook(**fields) if textbook else ILQGSettings(**fields)
@@ -79,7 +79,32 @@ def build_ilqg(task, plant, options, weights, *, textbook: bool = False):
     return planner
 
 
+def planner_dynamics(model: mujoco.MjModel, options: dict):
+    """The planner's :class:`~contactopt.dynamics.Dynamics` on ``model`` (at the planner's step).
+
+    ``options["dynamics"]``: ``"mujoco"`` (:class:`~contactopt.dynamics.MujocoDynamics`, the
+    model's own contacts) or ``"smooth"`` (:class:`~contactopt.contact.SmoothContactDynamics`, the
+    iLQG paper's smooth contact model with ``contact_eta`` η and ``contact_beta`` β [m/s]; its
+    derivatives analytic in velocity and control, first order in position).
+    """
+    from ..dynamics import MujocoDynamics
+
+    kind = options.get("dynamics") or "mujoco"
+    stride = options.get("derivative_stride") or 1
+    if kind == "mujoco":
+        return MujocoDynamics(model, derivative_stride=stride)
+    from ..contact.smooth import SmoothContactDynamics, SmoothContactModel
+
+    contact = SmoothContactModel(eta=options.get("contact_eta", 0.4), beta=options.get("contact_beta", 0.01))
+    return SmoothContactDynamics(model, contact, derivative_stride=stride)
+
+
 _ILQG_OPTIONS = _COMMON + (
+    Option("dynamics", str, "mujoco", "planner dynamics: MuJoCo's contacts, or the smooth contact model "
+           "of Tassa et al. (2012)", ("mujoco", "smooth")),
+    Option("contact_eta", float, 0.4, "smooth dynamics: η of eq. 17, fraction of the impulse applied "
+           "(the paper's planner: 0.4)"),
+    Option("contact_beta", float, 0.01, "smooth dynamics: β of smax [m/s]"),
     Option("derivative_stride", int, 1, "differentiate every k-th step, interpolate between"),
     Option("mu_init", float, None, "initial regularization μ"),
     Option("mu_min", float, None, "smallest regularization μ of the schedule"),

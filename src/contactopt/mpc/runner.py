@@ -48,7 +48,8 @@ from ..simulate import SimulationError
 from .policy import Policy
 
 __all__ = ["Planner", "PlannerUpdate", "Push", "MPCSettings", "MPCResult", "UpdateRecord", "UpdateLog",
-           "run_mpc", "perturb_model", "find_min_slowdown", "BREAKDOWN_KEYS"]
+           "run_mpc", "perturb_model", "find_min_slowdown", "BREAKDOWN_KEYS", "PLANT_CONTACTS",
+           "plant_stepper"]
 
 #: the phases of :attr:`PlannerUpdate.breakdown`, the keys shared by the solvers' ``result.timing()``:
 #: linearization, the step's linear algebra (iLQG backward pass, IDTO Hessian + factorization +
@@ -423,8 +424,9 @@ def model_error(mass_scale: float = 1.0, friction_scale: float = 1.0, gain_scale
 class _Plant:
     """Plant-side bookkeeping shared by both modes: stepping, pushes, recording, success."""
 
-    def __init__(self, model, data, settings: MPCSettings, success, metric, failure=None):
+    def __init__(self, model, data, settings: MPCSettings, success, metric, failure=None, step=None):
         self.model, self.data, self.s = model, data, settings
+        self.step_fn = step
         self.h = float(model.opt.timestep)
         self.n = max(1, int(round(settings.duration / self.h)))
         self.rec_stride = max(1, int(round(settings.record_period / self.h)))
@@ -505,7 +507,13 @@ class _Plant:
                 if t0 <= t < t1:
                     d.xfrc_applied[bid] += w
         bad = d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number
-        mujoco.mj_step(self.model, d)
+        if self.step_fn is None:
+            mujoco.mj_step(self.model, d)
+        else:
+            try:
+                self.step_fn(d)
+            except ContactoptError as e:   # e.g. the smooth contact model's NonFiniteError
+                raise SimulationError(f"the plant diverged at t = {t:.4f} s: {e}") from None
         # MuJoCo resets a diverged state to qpos0 with a warning instead of returning NaN
         if d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number != bad or not (
                 np.isfinite(d.qpos).all() and np.isfinite(d.qvel).all()):
@@ -536,6 +544,35 @@ class _Plant:
                          tuple(self.s.pushes), self.s.lag if mode == "sync" else "real time")
 
 
+#: contact models a plant can be stepped with (:func:`plant_stepper`)
+PLANT_CONTACTS = ("mujoco", "smooth")
+
+
+def plant_stepper(model: mujoco.MjModel, contact: str = "mujoco", *, eta: float = 0.7,
+                  beta: float = 0.01) -> Callable | None:
+    """How the plant is stepped: None for MuJoCo's own ``mj_step`` (``contact="mujoco"``), or, for
+    ``contact="smooth"``, one step of the iLQG paper's smooth contact model
+    (:meth:`SmoothContactDynamics.step_data <contactopt.contact.smooth.SmoothContactDynamics.step_data>`
+    with η = ``eta``, the paper's simulator 0.7, and β = ``beta`` [m/s]) followed by the derived
+    quantities of the new state, for :func:`run_mpc`'s ``plant_step``.
+
+    Raises:
+      ParameterError: an unknown contact model or bad η/β.
+    """
+    if contact not in PLANT_CONTACTS:
+        raise ParameterError(f"plant contact must be one of {', '.join(PLANT_CONTACTS)}; got {contact!r}")
+    if contact == "mujoco":
+        return None
+    from ..contact.smooth import SmoothContactDynamics, SmoothContactModel
+
+    smooth = SmoothContactDynamics(model, SmoothContactModel(eta=eta, beta=beta))
+
+    def step(data: mujoco.MjData) -> None:
+        smooth.step_data(data, forward=True)
+
+    return step
+
+
 def _observe_lag(planner, lag: float) -> None:
     """Tell a planner that wants it (an ``observe_lag(seconds)`` method, e.g. the iLQG
     planner's lag compensation) the policy lag of its last applied update."""
@@ -555,7 +592,8 @@ def _check_update(upd) -> PlannerUpdate:
 
 def run_mpc(planner: Planner, plant_model: mujoco.MjModel, plant_data: mujoco.MjData,
             settings: MPCSettings, *, success: Callable | None = None,
-            metric: Callable | None = None, failure: Callable | None = None) -> MPCResult:
+            metric: Callable | None = None, failure: Callable | None = None,
+            plant_step: Callable | None = None) -> MPCResult:
     """Run receding-horizon control of ``plant_model`` with ``planner``.
 
     Args:
@@ -568,6 +606,10 @@ def run_mpc(planner: Planner, plant_model: mujoco.MjModel, plant_data: mujoco.Mj
       failure: ``failure(model, data) -> bool``, the task's failure test (e.g. "fell"),
         checked after every plant step and latched at its first true: a success must have
         started to hold before it (``MPCResult.time_of_failure``).
+      plant_step: ``plant_step(data)`` advances the plant by one step of ``plant_model.opt.timestep``
+        in place, derived quantities included (default ``mj_step``); e.g. :func:`plant_stepper`
+        for the smooth contact model.  A :class:`~contactopt.errors.ContactoptError` it raises
+        ends the run as a :class:`SimulationError`.
 
     Returns:
       :class:`MPCResult`.
@@ -581,7 +623,7 @@ def run_mpc(planner: Planner, plant_model: mujoco.MjModel, plant_data: mujoco.Mj
         raise ParameterError(f"settings must be MPCSettings, got {type(settings).__name__}")
     if not (np.isfinite(plant_data.qpos).all() and np.isfinite(plant_data.qvel).all()):
         raise NonFiniteError("initial plant state is not finite")
-    plant = _Plant(plant_model, plant_data, settings, success, metric, failure)
+    plant = _Plant(plant_model, plant_data, settings, success, metric, failure, plant_step)
     mujoco.mj_forward(plant_model, plant_data)
     t0 = float(plant_data.time)
     first = _check_update(planner.reset(t0, plant.state()))

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from .registry import make
-from .runner import MPCResult, MPCSettings, model_error, perturb_model, run_mpc
+from .runner import MPCResult, MPCSettings, model_error, perturb_model, plant_stepper, run_mpc
 
 __all__ = ["TaskRun", "check_seed", "run_task", "save_trajectory"]
 
@@ -60,7 +60,7 @@ def _metric(task, plant):
 def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | None = None, mode: str = "sync",
              lag=None, slowdown: float = 1.0, pushes=(), mass_scale: float = 1.0, friction_scale: float = 1.0,
              gain_scale: float = 1.0, latency: float = 0.0, settings: dict | None = None,
-             stop_on_success: bool = False) -> TaskRun:
+             stop_on_success: bool = False, plant_contact: str = "mujoco", plant_eta: float = 0.7) -> TaskRun:
     """Run ``task`` closed loop with ``planner``.
 
     Args:
@@ -76,6 +76,8 @@ def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | Non
         about (:attr:`~contactopt.mpc.MPCSettings.added_latency`; sync mode).
       settings: planner options and ``weight.NAME`` overrides (``--set`` keys).
       stop_on_success: end the run once the success test has held.
+      plant_contact: how the plant is stepped, ``"mujoco"`` (``mj_step``) or ``"smooth"`` (the iLQG
+        paper's smooth contact model with η = ``plant_eta``; :func:`~contactopt.mpc.plant_stepper`).
 
     Returns:
       :class:`TaskRun`.
@@ -93,6 +95,7 @@ def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | Non
     steps = seconds / plant.opt.timestep
     if steps > 1e8:
         raise ParameterError(f"seconds={seconds:g} is {steps:.3g} plant steps; at most 1e8 are supported")
+    step = plant_stepper(plant, plant_contact, eta=plant_eta)
     data = mujoco.MjData(plant)
     task.reset(plant, data, seed)
     p = make(planner, task, plant=nominal, **(settings or {}))
@@ -103,12 +106,14 @@ def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | Non
                       added_latency=latency)
     try:
         result = run_mpc(p, plant, data, mpc, success=task.success, metric=_metric(task, plant),
-                         failure=task.failure)
+                         failure=task.failure, plant_step=step)
     finally:
         p.close()
     report = {"task": task.name, "planner": planner, "seed": seed, **result.summary()}
     if errors:
         report["model_error"] = errors
+    if plant_contact != "mujoco":
+        report["plant_contact"] = {"model": plant_contact, "eta": plant_eta}
     if result.pushes:
         report["pushes"] = [{"time": q.time, "duration": q.duration, "body": q.body,
                              "force": [float(f) for f in q.force]} for q in result.pushes]

@@ -104,7 +104,16 @@ def as_task(task: MPCTask):
                 initial_state=task.initial_state, success=task.success, success_hold=task.success_hold,
                 failure=task.failure, duration=task.default_seconds, horizon=opts["horizon"],
                 planner_timestep=h, planner_options={"ilqg": opts}, description=task.description,
-                metric=task.metric, planner_model=lambda model: task.planner_model(), base_dir=None)
+                metric=task.metric, planner_model=lambda model: _planner_model_at(task, model.opt.timestep),
+                base_dir=None)
+
+
+def _planner_model_at(task: MPCTask, timestep: float) -> mujoco.MjModel:
+    """The task's planner model at the planner time step ``timestep`` (its own unless ``--set timestep``)."""
+    from ..model import with_timestep
+
+    m = task.planner_model()
+    return m if m.opt.timestep == timestep else with_timestep(m, timestep)
 
 
 #: the keys of ``MPCTask.ilqg`` (and of ``run_ilqg_task`` planner overrides)
