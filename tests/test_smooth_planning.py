@@ -232,3 +232,38 @@ def test_simulate_smooth_ball_comes_to_rest():
     assert r["contact"] == "smooth"
     assert abs(r["final_qpos"][2] - 0.1) < 0.005
     assert r["contacts_final"] >= 1 and r["energy_final"] < r["energy_initial"]
+
+
+def test_bench_smooth_contact_configurations_and_errors():
+    from contactopt.bench import get_benchmark
+    from contactopt.bench import smooth_contact_bench as sb
+
+    assert "workers" in get_benchmark("smooth-contact").options
+    settings, plant, plant_eta = sb._settings(sb.SmoothUnit("paper", 0))
+    assert settings == {"timestep": 0.008, "dynamics": "smooth", "contact_eta": 0.4}
+    assert (plant, plant_eta) == ("smooth", 0.7)
+    settings, plant, _ = sb._settings(sb.SmoothUnit("mujoco", 0))
+    assert settings == {"timestep": 0.008, "dynamics": "mujoco"} and plant == "mujoco"
+    settings, plant, _ = sb._settings(sb.SmoothUnit("eta", 3, 0.2))
+    assert settings["contact_eta"] == 0.2 and plant == "smooth"
+    with pytest.raises(ParameterError, match="configuration"):
+        sb.run(seeds="0:1", configs=["bogus"])
+    with pytest.raises(ParameterError, match="η"):
+        sb.run(seeds="0:1", configs=[], etas=(1.5,))
+
+
+@pytest.mark.slow
+def test_bench_smooth_contact_runs_the_paper_configuration(tmp_path):
+    """One get-up in the paper's configuration (smooth planner η 0.4 at 8 ms, smooth plant η 0.7),
+    shared by the η comparison's η = 0.4 point: a finished run (success or not, no error), a
+    table and the η plot."""
+    from contactopt.bench import smooth_contact_bench as sb
+
+    r = sb.run(seeds="0:1", configs=["paper"], etas=(0.4,), plots=tmp_path, progress=False)
+    (row,) = r["configs"]
+    assert row["config"] == "paper" and row["seeds"] == "0:1"
+    assert not any(k.startswith("error") for k in row["failures"]), row["failures"]
+    assert row["iteration_ms_median"] > 0
+    assert r["eta"][0]["successes"] == row["successes"]  # the same run
+    assert "planner η against the smooth plant" in sb.table(r)
+    assert (tmp_path / "smooth_contact_eta.png").stat().st_size > 10_000

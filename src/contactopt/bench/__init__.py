@@ -36,7 +36,9 @@ class Benchmark:
       run: ``run(models, min_time, progress) -> dict``; ``models`` is a list of
         model names/paths or None for the benchmark's default set.
       table: ``table(result) -> str`` readable rendering of the result.
-      options: extra keyword options ``run`` accepts from the command line (e.g. ``"plots"``).
+      options: extra keyword options ``run`` accepts from the command line (e.g. ``"plots"``);
+        ``"workers"``: it runs its units on the sweep engine (``bench --workers N``) and takes its
+        ``--seeds`` as a range ``A:B``.
     """
 
     name: str
@@ -51,7 +53,8 @@ _BENCHMARKS: dict[str, Benchmark] = {}
 #: Modules that register the built-in benchmarks.
 _BUILTIN_MODULES = tuple(f"contactopt.bench.{name}" for name in
                          ("mujoco_bench", "contact_bench", "ilqg_bench", "gdd_bench", "idto_bench", "tasks_bench",
-                          "noise_bench", "remote_bench", "sweep_bench", "robustness_bench", "soak_bench"))
+                          "noise_bench", "remote_bench", "sweep_bench", "robustness_bench", "soak_bench",
+                          "smooth_contact_bench"))
 
 
 def register_benchmark(bench: Benchmark) -> Benchmark:

@@ -278,5 +278,5 @@ register_benchmark(Benchmark(
                 "(--tasks, --planner, --seeds A:B, --plots)",
     run=run,
     table=table,
-    options=("seeds", "plots", "tasks", "planner"),
+    options=("seeds", "plots", "tasks", "planner", "workers"),
 ))

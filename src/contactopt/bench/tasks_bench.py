@@ -402,5 +402,5 @@ register_benchmark(Benchmark(
     description="success rate of every task × planner pair over a seed range (--seeds A:B, --tasks, --planner, --load)",
     run=run,
     table=table,
-    options=("seeds", "plots", "tasks", "planner", "load", "deterministic", "lag"),
+    options=("seeds", "plots", "tasks", "planner", "load", "deterministic", "lag", "workers"),
 ))

@@ -65,16 +65,19 @@ def add_sweep_parser(sub) -> None:
     bench = sub.choices.get("bench")
     if bench is not None:
         bench.add_argument("--workers", type=_workers, default=None,
-                           help="bench tasks, bench robustness: run the units on N worker processes "
+                           help="bench tasks, robustness, smooth-contact: run the units on N worker processes "
                                 "(default 1: serially here)")
         inner = bench.get_default("func")
 
         def cmd_bench_workers(args, _inner=inner) -> int:
-            """``contactopt bench`` with ``--workers`` handed to ``bench tasks`` or ``bench robustness``."""
+            """``contactopt bench`` with ``--workers`` handed to a benchmark that runs units on the sweep
+            engine (``"workers"`` in its options)."""
             workers = getattr(args, "workers", None)
             if workers is None:
                 return _inner(args)
-            if args.name not in ("tasks", "robustness"):
+            from ..bench import get_benchmark
+
+            if "workers" not in get_benchmark(args.name).options:
                 raise ParameterError(f"benchmark {args.name!r} runs no units in parallel (--workers is not supported)")
             from ..bench import tasks_bench
 
