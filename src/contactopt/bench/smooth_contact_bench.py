@@ -31,8 +31,18 @@ from ..progress import progress_bar
 from ..sweep.units import error_kind, failure_kind
 from . import Benchmark, format_table, register_benchmark
 
-__all__ = ["CONFIGS", "ETAS", "ETA_SEEDS", "LAG", "PLANNER_TIMESTEP", "SmoothUnit", "run_smooth_unit", "run",
-           "table", "plot_eta"]
+__all__ = [
+    "CONFIGS",
+    "ETAS",
+    "ETA_SEEDS",
+    "LAG",
+    "PLANNER_TIMESTEP",
+    "SmoothUnit",
+    "plot_eta",
+    "run",
+    "run_smooth_unit",
+    "table",
+]
 
 TASK = "humanoid-getup"
 #: the planner's time step [s] (the paper's controller: 8 ms); the plant keeps the task's 2 ms
@@ -119,8 +129,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
       "time_to_success_median", "iteration_ms_median", "failures"}, …], "eta": [{"eta", …}, …],
       "lag_s", "planner_timestep", "loadavg_1min", "cpu_count", "workers", "wall_s", "plots"}``.
     """
-    from . import tasks_bench
     from ..sweep.engines import Lost, make_engine
+    from . import tasks_bench
 
     if models:
         raise ParameterError("bench smooth-contact runs humanoid-getup; it takes no --model")

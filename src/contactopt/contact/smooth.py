@@ -89,7 +89,6 @@ What is approximate
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -97,21 +96,28 @@ import mujoco
 import numpy as np
 
 from ..dynamics import RolloutResult
+from ..dynamics.shared import DerivativePool, derivative_indices, interpolate_skipped, thread_count
 from ..dynamics.state_space import MujocoStateSpace
-from ..dynamics.shared import derivative_indices, interpolate_skipped, thread_count
-from ..errors import NonFiniteError, ParameterError, ShapeError, as_array, check_instance, check_positive
+from ..errors import (
+    NonFiniteError,
+    ParameterError,
+    ShapeError,
+    as_array,
+    check_instance,
+    check_positive,
+)
 from ..model import MAX_STATE_VALUE
 from .geometry import ContactSpace, contact_space
 from .smooth_dynamics import SingularInertiaError, UnconstrainedDynamics
 
 __all__ = [
+    "SmoothContactDynamics",
+    "SmoothContactModel",
+    "SmoothImpulse",
+    "SmoothRollout",
+    "SmoothStep",
     "smax",
     "smin",
-    "SmoothContactModel",
-    "SmoothContactDynamics",
-    "SmoothImpulse",
-    "SmoothStep",
-    "SmoothRollout",
 ]
 
 
@@ -376,7 +382,7 @@ class SmoothRollout(NamedTuple):
     normal: np.ndarray
 
 
-class SmoothContactDynamics(MujocoStateSpace):
+class SmoothContactDynamics(MujocoStateSpace, DerivativePool):
     """Semi-implicit Euler with the paper's smooth diagonal contact model, as planner dynamics.
 
     Implements :class:`~contactopt.dynamics.Dynamics` on the state ``x = [qpos, qvel, act]``
@@ -423,7 +429,6 @@ class SmoothContactDynamics(MujocoStateSpace):
         self.derivative_stride = int(derivative_stride)
         self.eps = check_positive("eps", eps)
         self._workers: list[UnconstrainedDynamics] = []
-        self._pool: ThreadPoolExecutor | None = None
         # first dof of each free/ball joint's rotation (a local rotation vector); the other dofs
         # integrate linearly, dq' = dq + h dv'
         self._rotation_dofs = [int(model.jnt_dofadr[j]) + (3 if t == _FREE else 0)
@@ -431,20 +436,6 @@ class SmoothContactDynamics(MujocoStateSpace):
         self._dq_identity = np.ones(model.nv)
         for dadr in self._rotation_dofs:
             self._dq_identity[dadr:dadr + 3] = 0.0
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def close(self) -> None:
-        """Shut the derivative thread pool down (recreated on demand)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     # ------------------------------------------------------------------ one step
 
@@ -659,10 +650,8 @@ class SmoothContactDynamics(MujocoStateSpace):
         if nth == 1:
             work(0)
         else:
-            if self._pool is None or self._pool._max_workers < nth - 1:
-                self.close()
-                self._pool = ThreadPoolExecutor(max_workers=nth - 1, thread_name_prefix="contactopt-smooth")
-            futures = [self._pool.submit(work, j) for j in range(1, nth)]
+            pool = self._ensure_pool(nth - 1)
+            futures = [pool.submit(work, j) for j in range(1, nth)]
             try:
                 work(0)
             finally:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import mujoco
 import numpy as np
@@ -46,8 +45,8 @@ from ..native import (
     np_min,
 )
 from ..simulate import SimulationError
+from .shared import DerivativePool, derivative_indices, interpolate_skipped, thread_count
 from .state_space import MujocoStateSpace
-from .shared import derivative_indices, interpolate_skipped, thread_count
 
 __all__ = ["MujocoDynamics", "StepDivergedError", "smooth_contacts"]
 
@@ -148,7 +147,7 @@ class StepDivergedError(SimulationError, FloatingPointError):
     """:meth:`MujocoDynamics.step` diverged: MuJoCo found qpos/qvel/qacc non-finite or beyond
     1e10 (and reset the state).  Also a ``FloatingPointError``, as it was documented before."""
 
-class MujocoDynamics(MujocoStateSpace):
+class MujocoDynamics(MujocoStateSpace, DerivativePool):
     """Discrete dynamics of a MuJoCo model, one ``mj_step`` per step, with FD derivatives.
 
     Args:
@@ -195,29 +194,7 @@ class MujocoDynamics(MujocoStateSpace):
         #: Python reference loops; the same results)
         self.native = True
         self._thread_data: list[mujoco.MjData] = []
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_size = 0
         self._pending: list | None = None   # futures of a derivatives_async not yet collected
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def close(self) -> None:
-        """Shut the derivative thread pool down (it is recreated on demand)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):  # pragma: no cover - best effort at interpreter shutdown
-        try:
-            self.close()
-        except Exception:
-            pass
 
     # ------------------------------------------------------------------ simulation
 
@@ -365,14 +342,6 @@ class MujocoDynamics(MujocoStateSpace):
           (also when the result is not needed) before this object is used again.
         """
         return self._derivatives(X, U, nthread, background=True)
-
-    def _ensure_pool(self, workers: int) -> ThreadPoolExecutor:
-        if self._pool is None or self._pool_size < workers:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-            self._pool_size = max(workers, self.nthread)
-            self._pool = ThreadPoolExecutor(max_workers=self._pool_size, thread_name_prefix="contactopt-fd")
-        return self._pool
 
     def _derivatives(self, X, U, nthread, background: bool):
         if self._pending:                 # a background computation whose result was not collected

@@ -2,18 +2,20 @@
 
 * strided differentiation: differentiate every k-th step of a trajectory, interpolate between
   (every :class:`~contactopt.dynamics.Dynamics` with a ``derivative_stride``);
-* :func:`thread_count`: the number of derivative threads.
+* :func:`thread_count`: the number of derivative threads;
+* :class:`DerivativePool`: the thread pool a dynamics object differentiates on, and its lifecycle.
 """
 
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ["derivative_indices", "interpolate_skipped", "thread_count"]
+__all__ = ["DerivativePool", "derivative_indices", "interpolate_skipped", "thread_count"]
 
 
 def thread_count(nthread: int | None) -> int:
@@ -53,3 +55,42 @@ def interpolate_skipped(A: np.ndarray, B: np.ndarray, idx: np.ndarray) -> None:
             w = (np.arange(a + 1, b) - a) / (b - a)
             A[a + 1:b] = (1 - w)[:, None, None] * A[a] + w[:, None, None] * A[b]
             B[a + 1:b] = (1 - w)[:, None, None] * B[a] + w[:, None, None] * B[b]
+
+
+class DerivativePool:
+    """A lazily created thread pool for derivatives, shut down by :meth:`close` (or ``with``).
+
+    Subclasses set :attr:`nthread` (the default pool size) and call :meth:`_ensure_pool`.
+    """
+
+    nthread: int = 1
+    _pool: ThreadPoolExecutor | None = None
+    _pool_size: int = 0
+
+    def _ensure_pool(self, workers: int) -> ThreadPoolExecutor:
+        """The pool, (re)created with at least ``workers`` threads (and at least :attr:`nthread`)."""
+        if self._pool is None or self._pool_size < workers:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            self._pool_size = max(workers, self.nthread)
+            self._pool = ThreadPoolExecutor(max_workers=self._pool_size,
+                                            thread_name_prefix=f"contactopt-{type(self).__name__}")
+        return self._pool
+
+    def close(self) -> None:
+        """Shut the derivative thread pool down (it is recreated on demand)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):  # pragma: no cover - best effort at interpreter shutdown
+        try:
+            self.close()
+        except Exception:
+            pass
