@@ -161,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_sweep_parser(sub)  # `sweep`, and bench --workers (bench tasks on the sweep engines)
     # --- sweep subcommand (contactopt.sweep): end ---
+    from .optimize_cli import add_optimize_parser  # `optimize`: offline IDTO of a task
+
+    add_optimize_parser(sub)
     return p
 
 

@@ -8,8 +8,11 @@
 * :mod:`.solver` — :class:`IDTOSolver`: Gauss–Newton with a block-pentadiagonal
   Hessian, banded Cholesky, diagonal scaling and a dogleg trust region; penalty or
   equality-constrained (Lagrange-multiplier) treatment of underactuation.
+* :mod:`.continuation` — :func:`solve_with_continuation`: κ-continuation on the convex
+  contact model (geometric :class:`KappaSchedule`, each stage warm-started from the last).
 """
 
+from .continuation import ContinuationResult, ContinuationStage, KappaSchedule, solve_with_continuation
 from .problem import IDTOProblem, Linearization, Trajectory
 from .solver import (
     BandedHessian,
@@ -27,5 +30,6 @@ from .solver import (
 __all__ = [
     "IDTOProblem", "Linearization", "Trajectory", "BandedHessian", "ConvergenceCriteria",
     "IDTOSolver", "IDTOIterationLog", "IDTOResult", "IDTOSettings", "IDTOStatus",
-    "gauss_newton_system",
+    "gauss_newton_system", "KappaSchedule", "ContinuationStage", "ContinuationResult",
+    "solve_with_continuation",
 ]

@@ -205,6 +205,15 @@ class IDTOProblem(_LinearizationMixin):
                  wrap_dofs=None):
         if not isinstance(model, mujoco.MjModel):
             raise ParameterError(f"IDTOProblem: model must be a mujoco.MjModel, got {type(model).__name__}")
+        # the constructor's arguments, for :meth:`with_backend`
+        self._init_args = dict(
+            model=model, num_steps=num_steps, time_step=time_step, q_init=q_init, v_init=v_init, q_nom=q_nom,
+            v_nom=v_nom, Qq=Qq, Qv=Qv, R=R, Qf_q=Qf_q, Qf_v=Qf_v, unactuated_penalty=unactuated_penalty,
+            contact=contact, workers=workers, backend=backend, convex_contact=convex_contact,
+            penalize_unactuated=penalize_unactuated, chain_rule=chain_rule,
+            contact_derivatives=contact_derivatives, actuator_limit_weight=actuator_limit_weight,
+            actuator_limit_margin=actuator_limit_margin, cost=cost, joint_limit_weight=joint_limit_weight,
+            wrap_dofs=wrap_dofs)
         if isinstance(num_steps, (bool, np.bool_)) or int(num_steps) != num_steps or num_steps < 1:
             raise ParameterError(f"num_steps must be a positive integer, got {num_steps!r}")
         # the position pass (kinematics, collision: the actuation map here, the contact pass of the
@@ -272,6 +281,7 @@ class IDTOProblem(_LinearizationMixin):
             if convex_contact is not None and not isinstance(convex_contact, ConvexContactModel):
                 raise ParameterError(
                     f"convex_contact must be a ConvexContactModel or None, got {type(convex_contact).__name__}")
+            self._convex_contact = ConvexContactModel() if convex_contact is None else convex_contact
             self._mh = copy.deepcopy(model)
             self._mh.opt.timestep = self.h
         # what the compiled loops call: the rigid-body terms and their derivatives on the private
@@ -540,7 +550,54 @@ class IDTOProblem(_LinearizationMixin):
         if cd is None:
             from ...contact import ConvexDynamics
             cd = self._local.convex = ConvexDynamics(self._mh, self._convex_contact)
+        elif cd.contact_model is not self._convex_contact:  # κ changed (set_convex_contact)
+            cd.contact_model = self._convex_contact
         return cd
+
+    @property
+    def convex_contact(self):
+        """The :class:`~contactopt.contact.ConvexContactModel` of the ``"convex"`` backend (None otherwise)."""
+        return self._convex_contact if self.backend == "convex" else None
+
+    def set_convex_contact(self, contact_model) -> None:
+        """Replace the convex backend's contact model (e.g. a new κ in a continuation) between solves.
+
+        Every thread's :class:`~contactopt.contact.ConvexDynamics` picks the new parameters up at its
+        next evaluation; the rest of the problem (weights, nominal, initial state) is unchanged.
+
+        Raises:
+          ParameterError: the problem's backend is not ``"convex"``, or ``contact_model`` is not a
+            :class:`~contactopt.contact.ConvexContactModel`.
+        """
+        from ...contact import ConvexContactModel
+        if self.backend != "convex":
+            raise ParameterError(f"set_convex_contact: the problem's backend is {self.backend!r}, not 'convex'")
+        if not isinstance(contact_model, ConvexContactModel):
+            raise ParameterError(
+                f"set_convex_contact: expected a ConvexContactModel, got {type(contact_model).__name__}")
+        self._convex_contact = contact_model
+
+    def with_backend(self, backend: str, *, convex_contact=None, workers: int | None = None) -> "IDTOProblem":
+        """A new problem with the same arguments, current initial state and nominal, on another backend.
+
+        Args:
+          backend: ``"compliant"``, ``"mujoco"`` or ``"convex"``.  The compliant contact model is kept
+            only for ``"compliant"`` (the other two bring their own contact).
+          convex_contact: the :class:`~contactopt.contact.ConvexContactModel` of ``"convex"`` (default
+            parameters if None).
+          workers: threads of the new problem (default: this problem's).
+
+        Returns:
+          the new :class:`IDTOProblem` (this one is unchanged).
+        """
+        args = dict(self._init_args)
+        if backend != "compliant":
+            args["contact"] = None
+        args.update(backend=backend, convex_contact=convex_contact if backend == "convex" else None,
+                    q_init=self.q_init, v_init=self.v_init, q_nom=self.q_nom, v_nom=self.v_nom)
+        if workers is not None:
+            args["workers"] = workers
+        return IDTOProblem(**args)
 
     def _diff(self, q0, q1, dt) -> np.ndarray:
         out = np.empty(self.nv)
