@@ -180,3 +180,35 @@ def test_unknown_planner_option_is_an_error():
         build_ilqg_planner(HOPPER_HOP, lag_compensaton="auto")
     with pytest.raises(ParameterError, match="lag_substeps"):
         build_ilqg_planner(HOPPER_HOP, lag_substeps=1.5)
+
+
+def test_bench_ilqg_seed_runs_on_the_engine_match_the_serial_runs():
+    """``bench ilqg``'s success-rate runs as units on a two-process pool: with a fixed lag the
+    runs do not depend on the load, so every outcome equals the serial (inline) one."""
+    from contactopt.bench import get_benchmark, ilqg_bench
+
+    assert "workers" in get_benchmark("ilqg").options
+    kw = {"models": ["acrobot"], "seeds": range(2), "ablation_seeds": 0, "slowdown_search": False,
+          "realtime": False, "lag": 0.02, "progress": False}
+    serial = ilqg_bench.run(workers=1, **kw)["tasks"][0]
+    pooled = ilqg_bench.run(workers=2, **kw)["tasks"][0]
+    for key in ("task", "seeds", "success_rate", "time_to_success_median", "policy_lag_ms", "target_slowdown"):
+        assert serial[key] == pooled[key], key
+    assert serial["seeds"] == 2 and serial["success_rate"] == 1.0 and set(serial) == set(pooled)
+    assert serial["async_realtime_factor"] is None and serial["min_slowdown"] is None and serial["ablation"] is None
+    assert pooled["iteration_ms"] > 0 and pooled["derivatives_ms"] > 0
+    assert "async" in ilqg_bench.table({"tasks": [pooled]})
+
+
+def test_bench_ilqg_seed_unit_and_bad_input():
+    from contactopt.bench import ilqg_bench
+    from contactopt.errors import ParameterError
+
+    out = ilqg_bench.run_ilqg_seed_unit(ilqg_bench.ILQGSeedUnit("acrobot", 1, 1.0, 0.02))
+    assert out["seed"] == 1 and isinstance(out["success"], bool)
+    assert out["iteration_ms"].shape == out["breakdown_ms"]["derivatives"].shape and out["iteration_ms"].size > 0
+    assert ilqg_bench._seed_range(3) == range(3) and ilqg_bench._seed_range(range(2, 5)) == range(2, 5)
+    for bad, needle in (({"seeds": 0}, "seeds"), ({"seeds": range(3, 3)}, "seeds"), ({"seeds": 1.5}, "seeds"),
+                        ({"workers": 0}, "--workers"), ({"lag": "fixed"}, "lag"), ({"lag": -1.0}, "lag")):
+        with pytest.raises(ParameterError, match=needle):
+            ilqg_bench.run(["acrobot"], **bad)

@@ -167,3 +167,102 @@ def _pick(unit):
     if unit == 1:
         os._exit(1)
     return unit * unit
+
+
+# --------------------------------------------------------------------------- --address pre-check
+
+
+def _listener(reply: bytes | None):
+    """A local TCP server on a free port that answers each connection with ``reply`` (None: says
+    nothing and holds the connection).  Returns ``(address, stop)``."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    held = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if reply is not None:
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def stop():
+        srv.close()
+        for c in held:
+            c.close()
+
+    return f"127.0.0.1:{srv.getsockname()[1]}", stop
+
+
+def test_ray_address_check_fails_fast_on_a_closed_port():
+    import socket
+    import time
+
+    from contactopt.sweep.engines import check_ray_address
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        t0 = time.monotonic()
+        with pytest.raises(ParameterError, match=f"--address {address}: no Ray cluster reachable") as err:
+            check_ray_address(address, 3.0)
+        assert time.monotonic() - t0 < 1.0 and "\n" not in str(err.value) and "ray start --head" in str(err.value)
+
+
+@pytest.mark.parametrize("reply", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n"], ids=["silent", "http1"])
+def test_ray_address_check_refuses_a_listener_that_is_not_a_ray_head(reply):
+    """What made ray.init hang for minutes: something accepts connections but is not a GCS."""
+    import time
+
+    from contactopt.sweep.engines import check_ray_address
+
+    address, stop = _listener(reply)
+    try:
+        for addr in (address, f"ray://{address}"):
+            t0 = time.monotonic()
+            with pytest.raises(ParameterError, match="no Ray cluster reachable there: the port accepts"):
+                check_ray_address(addr, 0.5)
+            assert time.monotonic() - t0 < 2.0
+    finally:
+        stop()
+
+
+def test_ray_address_check_passes_an_http2_server_for_ray_client_and_rejects_bad_input():
+    from contactopt.sweep.engines import check_ray_address, split_address
+
+    settings = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame: the server's preface
+    address, stop = _listener(settings)
+    try:
+        check_ray_address(f"ray://{address}", 2.0)  # ray:// needs an HTTP/2 (gRPC) answer only
+    finally:
+        stop()
+    assert split_address("ray://10.0.0.1:10001") == ("10.0.0.1", 10001)
+    assert split_address("[::1]:6379") == ("::1", 6379)
+    for bad in ("nope", "host:", ":6379", "host:99999", 6379):
+        with pytest.raises(ParameterError, match="--address"):
+            split_address(bad)
+    with pytest.raises(ParameterError, match="timeout"):
+        check_ray_address("127.0.0.1:1", 0)
+
+
+def test_cli_ray_address_with_nothing_there_is_one_line_in_seconds(tmp_path):
+    pytest.importorskip("ray")
+    import time
+
+    out = tmp_path / "x.jsonl"
+    t0 = time.monotonic()
+    p = _sweep("--seeds", "0:1", "--ray", "--address", "127.0.0.1:1", "--out", str(out), timeout=60)
+    assert p.returncode == 1 and time.monotonic() - t0 < 30  # imports included; the check itself is instant
+    assert p.stderr.count("\n") == 1 and "--address 127.0.0.1:1: no Ray cluster reachable" in p.stderr
+    assert not out.exists()

@@ -65,3 +65,26 @@ def test_a_killed_worker_is_retried_and_each_unit_appears_once(cluster, tmp_path
     assert (crash / "crashed").exists()  # a worker did die mid-sweep
     assert sorted(r["seed"] for r in lines) == [10, 11, 12, 13] and result["ran"] == 4
     assert all(r["failure"] in (None, "timeout") for r in lines)
+
+
+def test_address_check_passes_the_head_and_refuses_a_port_without_one(cluster):
+    """The fast pre-check of ``--address`` (:func:`check_ray_address`) lets a real GCS through
+    (Ray's token authentication answers UNAUTHENTICATED to the unauthenticated probe: still a GCS)."""
+    import socket
+    import time
+
+    from contactopt.errors import ParameterError
+    from contactopt.sweep.engines import check_ray_address
+
+    c, _ = cluster
+    t0 = time.monotonic()
+    check_ray_address(c.address, 3.0)
+    assert time.monotonic() - t0 < 3.0
+    srv = socket.socket()  # a listener that is not a Ray head
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    try:
+        with pytest.raises(ParameterError, match="no Ray cluster reachable there"):
+            check_ray_address(f"127.0.0.1:{srv.getsockname()[1]}", 0.5)
+    finally:
+        srv.close()

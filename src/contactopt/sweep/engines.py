@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 from ..errors import ContactoptError, ParameterError
 
-__all__ = ["THREAD_ENV", "Engine", "InlineEngine", "LocalPoolEngine", "Lost", "RayEngine", "make_engine"]
+__all__ = ["CONNECT_TIMEOUT", "THREAD_ENV", "Engine", "InlineEngine", "LocalPoolEngine", "Lost", "RayEngine",
+           "check_ray_address", "make_engine", "split_address"]
 
 #: Environment of a worker process: one thread for BLAS/OpenMP, numba and contactopt's own
 #: derivative threads (``MujocoDynamics``' default ``nthread``).
@@ -243,19 +244,128 @@ class LocalPoolEngine(Engine):
                         suspects.append(unit)
 
 
-def _check_reachable(address: str, timeout: float) -> None:
-    """Raise :class:`ParameterError` unless a TCP connection to ``HOST:PORT`` opens within ``timeout`` s."""
-    text = address.split("://", 1)[-1]
+#: the client's HTTP/2 connection preface and an empty SETTINGS frame (RFC 9113 §3.4): what a
+#: gRPC client (Ray's GCS client among them) sends first on a new connection
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+#: frame type of a SETTINGS frame, the first frame every HTTP/2 server sends
+_H2_SETTINGS = 0x04
+#: seconds :func:`check_ray_address` waits for an address by default
+CONNECT_TIMEOUT = 3.0
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of a Ray address ``HOST:PORT``, ``[IPv6]:PORT`` or ``ray://HOST:PORT``.
+
+    Raises:
+      ParameterError: not of that form (names the address).
+    """
+    if not isinstance(address, str):
+        raise ParameterError(f"--address must be HOST:PORT, got {address!r}")
+    text = address.split("://", 1)[-1].rstrip("/")
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ParameterError(f"--address {address!r}: expected HOST:PORT (e.g. 10.0.0.1:6379), 'auto' "
                              f"or ray://HOST:PORT")
+    return host, int(port)
+
+
+def check_ray_address(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Fail fast unless a Ray head answers at ``address``, all within ``timeout`` seconds.
+
+    ``ray.init(address=...)`` retries for ~20 s on a dead address and can hang for minutes on a
+    port where something that is not a Ray head listens (or where a firewall or an intercepting
+    proxy accepts every connection).  This check, in order:
+
+    1. opens a TCP connection to ``HOST:PORT`` (refused: fails at once);
+    2. ``HOST:PORT`` (a GCS): calls ``ray.rpc.NodeInfoGcsService/GetClusterId`` over gRPC and
+       needs an answer from that service: OK, or UNAUTHENTICATED / PERMISSION_DENIED (a GCS with
+       token authentication routed the call; a gRPC server without the service says
+       UNIMPLEMENTED) — ``grpc`` comes with Ray; without it, step 3 instead;
+    3. ``ray://HOST:PORT`` (Ray Client): sends the HTTP/2 client preface and needs the server's
+       SETTINGS frame (any gRPC server passes).
+
+    Args:
+      address: ``HOST:PORT``, ``[IPv6]:PORT`` or ``ray://HOST:PORT``.
+      timeout: seconds for the whole check (> 0).
+
+    Raises:
+      ParameterError: a malformed address, nothing listening there, or a listener that does not
+        answer as a Ray head within ``timeout`` (one line naming the address).
+    """
+    import time
+
+    host, port = split_address(address)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ParameterError(f"connect timeout must be positive seconds, got {timeout!r}")
+    deadline = time.monotonic() + timeout
+    hint = "start one with `ray start --head` and pass the address it prints"
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
+        sock = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
+        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
         raise ParameterError(f"--address {address}: no Ray cluster reachable there within {timeout:g} s "
-                             f"({exc.strerror or type(exc).__name__}); start one with `ray start --head`") from None
+                             f"({why}); {hint}") from None
+    with sock:
+        why = None
+        if "://" not in address:
+            try:
+                import grpc
+            except ImportError:
+                grpc = None
+            if grpc is not None:
+                sock.close()
+                why = _gcs_answer(grpc, host, port, max(0.05, deadline - time.monotonic()))
+                if why is None:
+                    return
+        if why is None:
+            why = _h2_answer(sock, deadline)
+            if why is None:
+                return
+    raise ParameterError(f"--address {address}: no Ray cluster reachable there: the port accepts connections "
+                         f"but {why} within {timeout:g} s; {hint}")
+
+
+def _gcs_answer(grpc, host: str, port: int, timeout: float) -> str | None:
+    """None when the gRPC server at ``host:port`` answers ``GetClusterId`` (a Ray GCS), else why not."""
+    proxy = os.environ.get("RAY_grpc_enable_http_proxy", "0").lower() in ("1", "true")  # as Ray's channels
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    channel = grpc.insecure_channel(target, options=[("grpc.enable_http_proxy", int(proxy))])
+    try:
+        call = channel.unary_unary("/ray.rpc.NodeInfoGcsService/GetClusterId")
+        call(b"", timeout=timeout)  # an empty GetClusterIdRequest; the reply is not needed
+        return None
+    except grpc.RpcError as exc:
+        code = exc.code() if callable(getattr(exc, "code", None)) else None
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return None  # the GCS routed the call and wants Ray's auth token (ray.init sends it)
+        return f"gave no Ray GCS answer ({getattr(code, 'name', 'gRPC error')})"
+    finally:
+        channel.close()
+
+
+def _h2_answer(sock: socket.socket, deadline: float) -> str | None:
+    """None when the server behind the connected ``sock`` answers the HTTP/2 preface with its
+    SETTINGS frame before ``deadline`` (``time.monotonic()`` seconds), else why not."""
+    import time
+
+    answer = b""
+    try:
+        sock.sendall(_H2_PREFACE)
+        while len(answer) < 9:  # a frame header: length (3), type (1), flags (1), stream (4)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            sock.settimeout(left)
+            chunk = sock.recv(9 - len(answer))
+            if not chunk:
+                break
+            answer += chunk
+    except OSError:
+        pass
+    if len(answer) == 9 and answer[3] == _H2_SETTINGS and answer[5:9] == b"\x00\x00\x00\x00":
+        return None
+    return "gave no answer" if not answer else f"gave an answer that is not gRPC ({answer[:9]!r})"
 
 
 class _quiet_stderr:
@@ -293,7 +403,8 @@ class RayEngine(Engine):
       address: ``HOST:PORT`` of an existing cluster's head (``ray start --head``), ``auto``, or
         ``ray://HOST:PORT``; None starts a local instance.
       max_retries: Ray's retries of a task whose worker died.
-      connect_timeout: seconds to wait for ``address`` to accept a connection.
+      connect_timeout: seconds for ``address`` to answer (:func:`check_ray_address`) before
+        ``ray.init`` is tried.
 
     If Ray is already initialized in this process (e.g. a test's cluster), the engine uses it and
     leaves it running; otherwise it shuts down what it started.
@@ -302,7 +413,7 @@ class RayEngine(Engine):
     name = "ray"
 
     def __init__(self, workers: int = 1, *, address: str | None = None, max_retries: int = 3,
-                 connect_timeout: float = 5.0):
+                 connect_timeout: float = CONNECT_TIMEOUT):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ParameterError(f"--workers must be an integer >= 1, got {workers!r}")
         self.ray = import_ray()
@@ -318,7 +429,7 @@ class RayEngine(Engine):
         import logging
 
         if address not in (None, "auto"):
-            _check_reachable(address, connect_timeout)
+            check_ray_address(address, connect_timeout)
         options = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False,
                    "runtime_env": {"env_vars": dict(THREAD_ENV)}}
         try:

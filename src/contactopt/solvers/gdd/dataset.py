@@ -21,7 +21,7 @@ rendering or interaction, to time them.  Here:
 
 Command line (also reachable through ``contactopt bench gdd --model FILE.npz``)::
 
-    python -m contactopt.solvers.gdd.dataset record humanoid --records 20000 --out humanoid.npz
+    python -m contactopt.solvers.gdd.dataset record humanoid --records 20000 --out humanoid.npz [--workers N]
     python -m contactopt.solvers.gdd.dataset replay humanoid.npz
 """
 
@@ -47,7 +47,8 @@ from .sessions import (
     run_session,
 )
 
-__all__ = ["GDDDataset", "record", "replay", "session_spec", "RECORD_FIELDS", "DEFAULT_RECORDS"]
+__all__ = ["DEFAULT_RECORDS", "RECORD_FIELDS", "GDDDataset", "SessionUnit", "record", "replay", "run_session_unit",
+           "session_spec"]
 
 #: records per model in the seed's datasets
 DEFAULT_RECORDS = 20_000
@@ -139,13 +140,87 @@ class GDDDataset:
         return cls(meta["model"], specs, arrays, meta.get("info", {}))
 
 
+@dataclass(frozen=True)
+class SessionUnit:
+    """One recording session: :func:`session_spec` ``(model, seconds, seed)``, run to its end,
+    of which at most ``limit`` steps are kept."""
+
+    model: str
+    seconds: float | None
+    seed: int
+    limit: int
+
+
+_MODELS: dict = {}
+
+
+def run_session_unit(unit: SessionUnit) -> dict:
+    """Run one :class:`SessionUnit` (here or in a sweep-engine worker).
+
+    The loaded model is cached per model path in this process (as the serial recording reuses
+    it for every session).
+
+    Returns:
+      picklable ``{"seed", "spec": ReachSpec, "steps": steps taken (before the cut), "arrays":
+      {field: first min(steps, limit) rows of each of RECORD_FIELDS}, "report": {success, falls,
+      drops, error, goals_reached, goals_total}, "timestep": s, "model_name"}``.
+    """
+    spec = session_spec(unit.model, unit.seconds, unit.seed)
+    loaded = _MODELS.get(spec.model)
+    if loaded is None:
+        loaded = _MODELS[spec.model] = load_model(spec.model)
+    result = run_session(spec, model=loaded, progress=False)  # record() has the progress bar
+    n = min(result.steps, unit.limit)
+    rep = result.report()
+    return {"seed": unit.seed, "spec": spec, "steps": result.steps,
+            "arrays": {f: result.arrays[f][:n] for f in RECORD_FIELDS},
+            "report": {k: rep[k] for k in ("success", "falls", "drops", "error", "goals_reached", "goals_total")},
+            "timestep": float(loaded.opt.timestep), "model_name": model_name(loaded)}
+
+
+def _sessions(model: str, seconds, seed: int, n_records: int, workers: int):
+    """Yield :func:`run_session_unit` results of seeds ``seed, seed + 1, ...`` in seed order until
+    their steps add up to ``n_records`` (the caller stops earlier on an empty session).
+
+    ``workers`` 1 runs one session at a time here; more submit batches of sessions to a local
+    process pool, each batch as many sessions as the records still missing need at the longest
+    session seen so far (at most ``workers``; the first batch ``workers``), so a parallel
+    recording runs at most ``workers − 1`` sessions more than the serial one."""
+    from ...sweep.engines import Lost, make_engine
+
+    total, k, longest = 0, 0, 0
+    with make_engine(workers, inline=workers == 1) as engine:
+        while total < n_records:
+            missing = n_records - total
+            batch = workers if not longest else min(workers, max(1, -(-missing // longest)))
+            units = [SessionUnit(model, seconds, seed + k + i, n_records) for i in range(batch)]
+            done = {}
+            for unit, value, _ in engine.imap_unordered(run_session_unit, units):
+                if isinstance(value, Lost):
+                    raise ContactoptError(f"recording {model!r}: the session of seed {unit.seed} lost its worker "
+                                          f"({value.message})")
+                done[unit.seed] = value
+            for unit in units:
+                value = done[unit.seed]
+                longest = max(longest, value["steps"])
+                yield value
+                total += min(value["steps"], n_records - total)
+                k += 1
+                if total >= n_records:
+                    break
+
+
 def record(model: str = "humanoid", n_records: int = DEFAULT_RECORDS, path=None, *,
-           seconds: float | None = None, seed: int = 0, progress: bool | None = None) -> GDDDataset:
+           seconds: float | None = None, seed: int = 0, progress: bool | None = None,
+           workers: int = 1) -> GDDDataset:
     """Record ``n_records`` steps of scripted goal-directed sessions of ``model``.
 
     Sessions of ``seconds`` (default: the preset's) with seeds ``seed, seed + 1, ...`` run
     until there are enough steps; the last one is cut.  A session that stops on an
-    error contributes the steps before it.
+    error contributes the steps before it.  Each session is a unit on the sweep engine
+    (:mod:`contactopt.sweep.engines`): with ``workers`` > 1 batches of sessions run at once on
+    a local process pool and are put together in seed order, so the records are those of the
+    serial recording of the same seeds (only ``info["record_seconds"]`` differs).
 
     Args:
       model: ``"humanoid"``, ``"hand"`` or a model path (see :func:`session_spec`).
@@ -154,47 +229,54 @@ def record(model: str = "humanoid", n_records: int = DEFAULT_RECORDS, path=None,
       seconds: session length, s.
       seed: seed of the first session.
       progress: progress bar (None: only on a terminal).
+      workers: sessions run at once (1: here, one after the other; more: worker processes).
 
     Returns:
-      :class:`GDDDataset` with N records.
+      :class:`GDDDataset` with N records; ``info`` has ``sessions`` (per session: seed, steps
+      kept, success, falls, drops, error, goals reached/total), ``record_seconds`` (wall s),
+      ``timestep`` (s), ``model_name`` and ``workers``.
 
     Raises:
-      ParameterError: bad ``n_records``, bad model (no actuators, ...), or sessions that
-        stop at their first step.
+      ParameterError: bad ``n_records`` or ``workers``, bad model (no actuators, ...), or
+        sessions that stop at their first step.
+      ContactoptError: a session's worker process died on every retry.
     """
-    if not isinstance(n_records, (int, np.integer)) or n_records < 1:
+    if isinstance(n_records, bool) or not isinstance(n_records, (int, np.integer)) or n_records < 1:
         raise ParameterError(f"n_records must be a positive integer, got {n_records!r}")
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise ParameterError(f"workers must be an integer >= 1, got {workers!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ParameterError(f"seed must be an integer, got {seed!r}")
     if path is not None and Path(path).suffix.lower() != ".npz":
         raise ParameterError(f"dataset path must end in .npz, got {path}")
-    model = str(model)
-    loaded = None
+    model, n_records, workers, seed = str(model), int(n_records), int(workers), int(seed)
     chunks, specs, sessions = [], [], []
     total = 0
+    last = None
     t0 = time.perf_counter()
     with progress_bar(total=n_records, desc=f"record {model}", unit="rec", enable=progress) as bar:
-        k = 0
-        while total < n_records:
-            spec = session_spec(model, seconds, seed + k)
-            if loaded is None:
-                loaded = load_model(spec.model)
-            result = run_session(spec, model=loaded)
-            n = min(result.steps, n_records - total)
-            if n == 0:
-                raise ParameterError(f"session {k} of {model!r} stopped at its first step: {result.error}")
-            arr = {f: result.arrays[f][:n] for f in RECORD_FIELDS}
-            arr["session"] = np.full(n, len(specs), dtype=np.int32)
-            chunks.append(arr)
-            specs.append(spec)
-            rep = result.report()
-            sessions.append({"seed": seed + k, "steps": n, "success": rep["success"],
-                             "falls": rep["falls"], "drops": rep["drops"], "error": rep["error"],
-                             "goals_reached": rep["goals_reached"], "goals_total": rep["goals_total"]})
-            total += n
-            bar.update(n)
-            k += 1
+        try:
+            for k, result in enumerate(_sessions(model, seconds, seed, n_records, workers)):
+                n = min(result["steps"], n_records - total)
+                if n == 0:
+                    raise ParameterError(f"session {k} of {model!r} stopped at its first step: "
+                                         f"{result['report']['error']}")
+                arr = {f: result["arrays"][f][:n] for f in RECORD_FIELDS}
+                arr["session"] = np.full(n, len(specs), dtype=np.int32)
+                chunks.append(arr)
+                specs.append(result["spec"])
+                rep = result["report"]
+                sessions.append({"seed": result["seed"], "steps": n, "success": rep["success"],
+                                 "falls": rep["falls"], "drops": rep["drops"], "error": rep["error"],
+                                 "goals_reached": rep["goals_reached"], "goals_total": rep["goals_total"]})
+                last = result
+                total += n
+                bar.update(n)
+        finally:
+            _MODELS.clear()
     arrays = {key: np.concatenate([c[key] for c in chunks]) for key in chunks[0]}
     info = {"sessions": sessions, "record_seconds": time.perf_counter() - t0,
-            "timestep": float(loaded.opt.timestep), "model_name": model_name(loaded)}
+            "timestep": last["timestep"], "model_name": last["model_name"], "workers": workers}
     data = GDDDataset(model, specs, arrays, info)
     if path is not None:
         data.save(path)
@@ -406,12 +488,16 @@ def main(argv=None) -> int:
     r.add_argument("--seconds", type=float, default=None, help="session length (default: the preset's)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--out", type=Path, required=True, help="output .npz")
+    r.add_argument("--workers", type=int, default=1,
+                   help="sessions recorded at once in worker processes (default 1: one after the other here); "
+                        "the dataset is the same for any value")
     q = sub.add_parser("replay", help="replay a dataset and print the timing as JSON")
     q.add_argument("path", type=Path)
     args = p.parse_args(argv)
     try:
         if args.command == "record":
-            data = record(args.model, args.records, args.out, seconds=args.seconds, seed=args.seed)
+            data = record(args.model, args.records, args.out, seconds=args.seconds, seed=args.seed,
+                          workers=args.workers)
             print(json.dumps({"path": str(args.out), "records": len(data), **data.info}, indent=2))
         else:
             print(json.dumps(replay(GDDDataset.load(args.path)), indent=2))
