@@ -169,7 +169,7 @@ def run_session_unit(unit: SessionUnit) -> dict:
     loaded = _MODELS.get(spec.model)
     if loaded is None:
         loaded = _MODELS[spec.model] = load_model(spec.model)
-    result = run_session(spec, model=loaded, progress=False)  # record() has the progress bar
+    result = run_session(spec, model=loaded, progress=False, record="steps")  # every step: the records
     n = min(result.steps, unit.limit)
     rep = result.report()
     return {"seed": unit.seed, "spec": spec, "steps": result.steps,

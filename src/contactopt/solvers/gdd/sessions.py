@@ -22,7 +22,11 @@ interaction:
 The session records the goal distance over time, falls (a monitored body below a
 height), contacts of the support bodies, the per-step solver statistics and the
 records a dataset needs (:mod:`contactopt.solvers.gdd.dataset`): ``(q, v, a, τ, ctrl)``
-and the goal and posture reference of every step.
+and the goal and posture reference of every step.  Long sessions (more than
+``STEP_RECORD_LIMIT`` steps, or ``run_session(..., record="series")``) keep only the
+series at the report's rate (20 Hz) plus running summaries that see every step (goal
+distances, support contacts, solver statistics from a bounded reservoir), so a soak's
+memory stays flat; pass ``record="steps"`` where every step's state is needed.
 
 Presets: :func:`humanoid_reach_spec` (the humanoid stands with both feet on the
 floor and reaches with its hands), :func:`hand_reach_spec` (fingertip goals on the
