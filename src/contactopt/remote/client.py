@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ContactoptError, ParameterError
 from ..mpc.policy import Policy
-from .messages import Layout, decode_policy, encode_state, layout_of, pb
+from .messages import Layout, check_mocap, decode_policy, encode_state, layout_of, pb
 
 __all__ = ["ExpiringPolicy", "PolicyClient", "RemoteError", "RemotePlanner"]
 
@@ -245,7 +245,7 @@ class PolicyClient(_Client):
         self._gravity = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._state = None  # (t, qpos, qvel, act), newest
+        self._state = None  # (t, qpos, qvel, act, (mocap_pos, mocap_quat) or None), newest
         self._sent_t = None
         self._policy = None
         self._known = 0
@@ -264,14 +264,29 @@ class PolicyClient(_Client):
 
     # ------------------------------------------------------------------ plant side
 
-    def update_state(self, t: float, qpos, qvel, act=None) -> None:
+    def _mocap(self, where: str, mocap_pos, mocap_quat):
+        """``(pos (nmocap, 3) or None, quat (nmocap, 4) or None)`` checked, or None for neither."""
+        if mocap_pos is None and mocap_quat is None:
+            return None
+        n = self.layout.nmocap
+        return (None if mocap_pos is None else check_mocap(f"{where}: mocap_pos", mocap_pos, n, 3),
+                None if mocap_quat is None else check_mocap(f"{where}: mocap_quat", mocap_quat, n, 4))
+
+    def update_state(self, t: float, qpos, qvel, act=None, *, mocap_pos=None, mocap_quat=None) -> None:
         """Hand the newest measured state (time [s], qpos ``(nq,)``, qvel ``(nv,)``, act ``(na,)``)
         to the network thread; returns at once.
 
+        ``mocap_pos`` ``(nmocap, 3)`` [m] and ``mocap_quat`` ``(nmocap, 4)`` (``w x y z``), e.g. the
+        plant's ``data.mocap_pos``/``data.mocap_quat``, optional: the server's planner model takes
+        them (a target the cost or the dynamics use); a pose sent once holds until another is
+        sent.  Each change rebuilds the server's planner (a first plan, no warm start).
+
         Raises:
-          ParameterError: a wrong size or a non-finite value (nothing is sent).
+          ParameterError: a wrong size or shape, a non-finite value or a zero quaternion (nothing
+            is sent).
         """
         lay = self.layout
+        mocap = self._mocap("update_state", mocap_pos, mocap_quat)
         qpos, qvel = np.array(qpos, dtype=float).ravel(), np.array(qvel, dtype=float).ravel()
         act = np.zeros(lay.na) if act is None else np.array(act, dtype=float).ravel()
         for name, a, n in (("qpos", qpos, lay.nq), ("qvel", qvel, lay.nv), ("act", act, lay.na)):
@@ -282,7 +297,11 @@ class PolicyClient(_Client):
         if not math.isfinite(t):
             raise ParameterError(f"update_state: t must be finite, got {t}")
         with self._lock:
-            self._state = (float(t), qpos, qvel, act)
+            old = self._state[4] if self._state is not None else None
+            if old is not None:  # a part not given keeps the last one given
+                mocap = old if mocap is None else (old[0] if mocap[0] is None else mocap[0],
+                                                   old[1] if mocap[1] is None else mocap[1])
+            self._state = (float(t), qpos, qvel, act, mocap)
         self._wake.set()
 
     @property
@@ -344,7 +363,10 @@ class PolicyClient(_Client):
             # a new state is sent; otherwise the call only polls for the plan of the last one
             req = pb().StepRequest(known_sequence=self._known, wait_s=self.poll, min_planned_from=-math.inf)
             if state[0] != self._sent_t or not self.connected:
-                encode_state(req.state, *state)
+                t, qpos, qvel, act, mocap = state
+                # mocap poses go with every state once given: a reopened session needs them again
+                encode_state(req.state, t, qpos, qvel, act, mocap_pos=None if mocap is None else mocap[0],
+                             mocap_quat=None if mocap is None else mocap[1])
             start = time.perf_counter()
             try:
                 reply = self.conn.call("Step", req)
@@ -391,12 +413,20 @@ class PolicyClient(_Client):
             else:
                 self._known = reply.newest_sequence or self._known
 
-    def reset(self, t: float, qpos, qvel, act=None, timeout: float = 30.0):
+    def reset(self, t: float, qpos, qvel, act=None, timeout: float = 30.0, *, mocap_pos=None, mocap_quat=None):
         """Replan from this state now (after the plant was reset) and wait for the plan;
-        returns the new policy."""
+        returns the new policy.  ``mocap_pos`` ``(nmocap, 3)`` [m], ``mocap_quat``
+        ``(nmocap, 4)``: optional, as :meth:`update_state`.
+
+        Raises:
+          ParameterError: a bad state or mocap pose (the server's or this check's message).
+          RemoteError: the server cannot be reached or the plan failed.
+        """
         lay = self.layout
+        mocap = self._mocap("reset", mocap_pos, mocap_quat)
         req = pb().ResetRequest(timeout_s=timeout)
-        encode_state(req.state, t, qpos, qvel, np.zeros(lay.na) if act is None else act)
+        encode_state(req.state, t, qpos, qvel, np.zeros(lay.na) if act is None else act,
+                     mocap_pos=None if mocap is None else mocap[0], mocap_quat=None if mocap is None else mocap[1])
         grpc = _grpc()
         try:
             reply = self.conn.call_session("Reset", req, timeout=timeout + 5)

@@ -27,8 +27,9 @@ import numpy as np
 from ..errors import ParameterError
 from ..mpc.policy import Policy
 
-__all__ = ["Layout", "RemoteConstantPolicy", "RemoteSplinePolicy", "RemoteTrajectoryPolicy", "decode_array",
-           "decode_policy", "decode_state", "encode_array", "encode_policy", "encode_state", "layout_of", "pb"]
+__all__ = ["Layout", "RemoteConstantPolicy", "RemoteSplinePolicy", "RemoteTrajectoryPolicy", "check_mocap",
+           "decode_array", "decode_mocap", "decode_policy", "decode_state", "encode_array", "encode_policy",
+           "encode_state", "layout_of", "pb"]
 
 
 def pb():
@@ -435,18 +436,77 @@ def decode_policy(msg, layout: Layout) -> Policy:
 # --------------------------------------------------------------------------- states
 
 
-def encode_state(msg, t: float, qpos, qvel, act=None) -> None:
-    """Fill a ``State`` message (time [s], qpos ``(nq,)``, qvel ``(nv,)``, act ``(na,)``)."""
+def check_mocap(name: str, value, nmocap: int, width: int) -> np.ndarray:
+    """``value`` as a float array of shape ``(nmocap, width)`` (positions: width 3 [m];
+    quaternions: width 4, ``w x y z``, normalized here).
+
+    Args:
+      name: field name for errors (``"state.mocap_pos"``).
+      value: anything ``np.asarray`` takes with ``nmocap * width`` numbers (flat or 2-D).
+      nmocap: the model's number of mocap bodies.
+      width: 3 for positions, 4 for quaternions.
+
+    Raises:
+      ParameterError: a wrong size or shape, NaN or inf, or a quaternion of zero length
+        (names the field and the row).
+    """
+    try:
+        a = np.array(value, dtype=float)
+    except (TypeError, ValueError):
+        raise ParameterError(f"{name}: expected {nmocap} x {width} numbers, got {type(value).__name__}") from None
+    if a.size != nmocap * width or (a.ndim == 2 and a.shape != (nmocap, width)) or a.ndim > 2:
+        raise ParameterError(f"{name}: expected shape ({nmocap}, {width}) (nmocap = {nmocap}), "
+                             f"got {a.shape if a.ndim != 1 else f'{a.size} values'}")
+    a = a.reshape(nmocap, width)
+    if not np.isfinite(a).all():
+        row = int(np.flatnonzero(~np.isfinite(a).all(axis=1))[0])
+        raise ParameterError(f"{name}: contains NaN or inf (mocap body {row})")
+    if width == 4:
+        norms = np.linalg.norm(a, axis=1)
+        if (norms < 1e-12).any():
+            raise ParameterError(f"{name}: quaternion of mocap body {int(np.flatnonzero(norms < 1e-12)[0])} "
+                                 "has zero length")
+        a /= norms[:, None]
+    return a
+
+
+def encode_state(msg, t: float, qpos, qvel, act=None, *, mocap_pos=None, mocap_quat=None) -> None:
+    """Fill a ``State`` message (time [s], qpos ``(nq,)``, qvel ``(nv,)``, act ``(na,)``; optional
+    mocap positions ``(nmocap, 3)`` [m] and quaternions ``(nmocap, 4)``, sent row-major flat)."""
     msg.time = float(t)
-    del msg.qpos[:], msg.qvel[:], msg.act[:]
+    del msg.qpos[:], msg.qvel[:], msg.act[:], msg.mocap_pos[:], msg.mocap_quat[:]
     msg.qpos.extend(np.asarray(qpos, dtype=float).ravel().tolist())
     msg.qvel.extend(np.asarray(qvel, dtype=float).ravel().tolist())
     if act is not None:
         msg.act.extend(np.asarray(act, dtype=float).ravel().tolist())
+    if mocap_pos is not None:
+        msg.mocap_pos.extend(np.asarray(mocap_pos, dtype=float).ravel().tolist())
+    if mocap_quat is not None:
+        msg.mocap_quat.extend(np.asarray(mocap_quat, dtype=float).ravel().tolist())
+
+
+def decode_mocap(msg, layout: Layout) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``(mocap_pos (nmocap, 3) [m] or None, mocap_quat (nmocap, 4), normalized, or None)`` of a
+    ``State`` message; None where the field was not sent.
+
+    Raises:
+      ParameterError: a wrong size, NaN or inf, or a zero quaternion, naming the field.
+    """
+    out = []
+    for name, field, width in (("mocap_pos", msg.mocap_pos, 3), ("mocap_quat", msg.mocap_quat, 4)):
+        if len(field) == 0:
+            out.append(None)
+            continue
+        if len(field) != width * layout.nmocap:
+            raise ParameterError(f"state.{name}: expected {width * layout.nmocap} values "
+                                 f"(nmocap = {layout.nmocap} x {width}), got {len(field)}")
+        out.append(check_mocap(f"state.{name}", np.asarray(field, dtype=float), layout.nmocap, width))
+    return out[0], out[1]
 
 
 def decode_state(msg, layout: Layout) -> tuple[float, np.ndarray]:
     """``(t, x (nx,))`` of a ``State`` message; act may be omitted when ``na > 0`` (zeros).
+    The mocap poses are checked (:func:`decode_mocap` returns them).
 
     Raises:
       ParameterError: a wrong size or a non-finite value, naming the field (``state.qpos`` …).
@@ -465,10 +525,5 @@ def decode_state(msg, layout: Layout) -> tuple[float, np.ndarray]:
             first = int(np.flatnonzero(~np.isfinite(a))[0])
             raise ParameterError(f"state.{name}: contains NaN or inf at index {first}")
         parts.append(a)
-    for name, field, n in (("mocap_pos", msg.mocap_pos, 3 * layout.nmocap),
-                           ("mocap_quat", msg.mocap_quat, 4 * layout.nmocap)):
-        if len(field) not in (0, n):
-            raise ParameterError(f"state.{name}: expected {n} values, got {len(field)}")
-        if len(field) and not np.isfinite(np.asarray(field, dtype=float)).all():
-            raise ParameterError(f"state.{name}: contains NaN or inf")
+    decode_mocap(msg, layout)  # checked here too: a bad mocap pose refuses the whole state
     return float(msg.time), np.concatenate(parts)

@@ -11,13 +11,23 @@ Safety:
 * a token (gRPC metadata ``authorization: Bearer TOKEN``) is required whenever the server
   listens on a non-loopback address; a wrong or missing one is ``UNAUTHENTICATED``;
 * TLS with ``tls_cert``/``tls_key`` (PEM files);
-* messages over ``max_message_bytes`` are refused by gRPC (``RESOURCE_EXHAUSTED``);
+* messages over ``max_message_bytes`` are ``RESOURCE_EXHAUSTED``: up to :attr:`PolicyServer.hard_limit`
+  (``max(2 × limit, limit + 1 MiB)``) the handler reads and refuses them, beyond it gRPC
+  drops them unread; both are logged (the
+  methods are registered as stream-unary handlers, which run before the request is read, so
+  a request gRPC drops is seen and logged too);
 * a state of the wrong size or with NaN/inf, an unknown key or a bad value is
   ``INVALID_ARGUMENT`` naming the field; beyond ``max_sessions`` ``RESOURCE_EXHAUSTED``;
   an unknown or expired session ``NOT_FOUND`` (the client reopens one);
 * every refusal is logged (logger ``contactopt.remote``); an exception in a handler is
   ``INTERNAL`` and logged, never a crash; nothing received is unpickled or evaluated;
 * a session not heard from for ``idle_timeout`` seconds is closed and its memory freed.
+
+Mocap poses sent with a state (``State.mocap_pos``/``mocap_quat``) are the planner's: the
+session puts them on its planner model's mocap bodies (``body_pos``/``body_quat``, which
+every ``MjData`` of a rebuilt planner starts from) and rebuilds the planner when they
+changed, so its dynamics and costs see the plant's targets.  A pose sent once holds until
+another is sent; each change costs a rebuild and a first plan (the warm start is lost).
 """
 
 from __future__ import annotations
@@ -32,8 +42,10 @@ import threading
 import time
 from concurrent import futures
 
+import numpy as np
+
 from ..errors import ContactoptError, ParameterError
-from .messages import Layout, decode_state, encode_array, encode_policy, layout_of, pb
+from .messages import Layout, decode_mocap, decode_state, encode_array, encode_policy, layout_of, pb
 
 __all__ = ["PolicyServer", "is_loopback", "load_served_task", "read_token"]
 
@@ -140,6 +152,7 @@ class _Session:
         self.paused = paused
         self.cond = threading.Condition()
         self.state = None  # (t, x)
+        self.mocap_pending = None  # (pos or None, quat or None) received, not yet on the planner
         self.state_seq = 0
         self.planned_seq = 0
         self.policy_msg = None
@@ -151,12 +164,54 @@ class _Session:
         self.stop = False
         self.failures = 0
         self.last_error = ""
+        model = planner_session.nominal
+        bodies = np.full(model.nmocap, -1)
+        for b in range(model.nbody):
+            if model.body_mocapid[b] >= 0:
+                bodies[model.body_mocapid[b]] = b
+        self._mocap_bodies = bodies
+        #: mocap poses the planner model has now: ``(nmocap, 3)`` [m], ``(nmocap, 4)``
+        self.mocap_pos = model.body_pos[bodies].copy()
+        self.mocap_quat = model.body_quat[bodies].copy()
+        self.mocap_updates = 0  # planner rebuilds for new mocap poses
         self.thread = threading.Thread(target=self._loop, name=f"contactopt-plan-{sid[:8]}", daemon=True)
         self.thread.start()
 
     def touch(self) -> None:
         """Mark the session as heard from now (the idle timeout restarts)."""
         self.last_seen = time.monotonic()
+
+    def apply_mocap(self, mocap) -> bool:
+        """Put mocap poses ``(pos (nmocap, 3) [m] or None, quat (nmocap, 4) or None)`` on the
+        planner model (None keeps that part); the planner is rebuilt at its next update when
+        they changed.  Called on the planner thread only.  Returns whether they changed."""
+        if mocap is None:
+            return False
+        pos, quat = mocap
+        pos = self.mocap_pos if pos is None else pos
+        quat = self.mocap_quat if quat is None else quat
+        if np.array_equal(pos, self.mocap_pos) and np.array_equal(quat, self.mocap_quat):
+            return False
+        model = self.planner.nominal.__copy__()
+        model.body_pos[self._mocap_bodies] = pos
+        model.body_quat[self._mocap_bodies] = quat
+        self.planner.nominal = model  # the model every rebuilt planner is copied from
+        self.planner.set({})  # no new setting: only marks the planner for a rebuild
+        self.mocap_pos, self.mocap_quat = np.array(pos, dtype=float), np.array(quat, dtype=float)
+        self.mocap_updates += 1
+        log.debug("session %s: new mocap poses, the planner is rebuilt", self.id[:8])
+        return True
+
+    def receive_mocap(self, mocap) -> None:
+        """Queue mocap poses ``(pos or None, quat or None)`` (or None: none sent) for the planner
+        thread; a part not sent keeps the one queued before.  Call with :attr:`cond` held."""
+        if mocap is None:
+            return
+        if self.mocap_pending is None:
+            self.mocap_pending = mocap
+        else:
+            old = self.mocap_pending
+            self.mocap_pending = (old[0] if mocap[0] is None else mocap[0], old[1] if mocap[1] is None else mocap[1])
 
     def _publish(self, upd, t: float) -> None:
         if upd.policy is None:  # counted by the PlannerSession's status
@@ -181,7 +236,9 @@ class _Session:
                 job, self.reset_job = self.reset_job, None
                 if job is None:
                     (t, x), self.planned_seq = self.state, self.state_seq
+                mocap, self.mocap_pending = self.mocap_pending, None
             try:
+                self.apply_mocap(mocap)
                 if job is not None:
                     t, x = job["t"], job["x"]
                     upd = self.planner.reset(t, x)
@@ -283,6 +340,13 @@ class PolicyServer:
     # ------------------------------------------------------------------ lifecycle
 
     @property
+    def hard_limit(self) -> int:
+        """gRPC's own receive limit [bytes]: ``max(2 × max_message_bytes, max_message_bytes + 1 MiB)``.
+        A request up to it is read and refused by the handler when over ``max_message_bytes``;
+        a larger one gRPC drops unread (``RESOURCE_EXHAUSTED``), which the handler logs."""
+        return max(2 * self.max_message_bytes, self.max_message_bytes + (1 << 20))
+
+    @property
     def address(self) -> str:
         """``host:port`` the server listens on."""
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -295,10 +359,9 @@ class PolicyServer:
           ParameterError: the address cannot be bound.
         """
         grpc = _grpc()
-        # gRPC itself refuses (unlogged) only far beyond the limit; up to there the handlers
-        # refuse an oversize message themselves, with a log line
-        hard_limit = max(2 * self.max_message_bytes, self.max_message_bytes + (1 << 20))
-        opts = [("grpc.max_receive_message_length", hard_limit),
+        # gRPC itself refuses only far beyond the limit (the handler sees that and logs it); up
+        # to there the handlers read an oversize message and refuse it with a clearer message
+        opts = [("grpc.max_receive_message_length", self.hard_limit),
                 ("grpc.max_send_message_length", MAX_SEND_BYTES),
                 ("grpc.so_reuseport", 0)]
         interceptors = [_TokenCheck(self.token, self)] if self.token else []
@@ -307,11 +370,13 @@ class PolicyServer:
                                    interceptors=interceptors, options=opts,
                                    maximum_concurrent_rpcs=4 * self.workers)
         # the generic handler takes raw bytes: _handler parses them, so a corrupt message is an
-        # INVALID_ARGUMENT that is logged like every other refusal (not gRPC's INTERNAL)
+        # INVALID_ARGUMENT that is logged like every other refusal (not gRPC's INTERNAL).  The
+        # methods are unary on the wire but registered stream-unary: such a handler starts
+        # before its request is read, so a request gRPC drops (over the hard limit) is logged
         servicer = _Servicer(self)
         handlers = {}
         for method in pb().DESCRIPTOR.services_by_name["PolicyServer"].methods:
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            handlers[method.name] = grpc.stream_unary_rpc_method_handler(
                 getattr(servicer, method.name), request_deserializer=None,
                 response_serializer=lambda reply: reply.SerializeToString())
         self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
@@ -436,6 +501,12 @@ class PolicyServer:
         return True
 
 
+def _mocap(state, layout: Layout):
+    """``(pos, quat)`` of a ``State`` message's mocap poses, or None when it has neither."""
+    pos, quat = decode_mocap(state, layout)
+    return None if pos is None and quat is None else (pos, quat)
+
+
 class _Refusal(Exception):
     """A refusal with a gRPC status code name."""
 
@@ -452,11 +523,22 @@ def _handler(fn):
                     "GetSettings": "SessionRequest", "Status": "SessionRequest"}.get(fn.__name__, request_type)
 
     @functools.wraps(fn)
-    def wrapped(self, raw, context):
+    def wrapped(self, requests, context):
         grpc = _grpc()
+        peer = context.peer()
+        try:
+            raw = next(requests)
+        except StopIteration:
+            raw = None
+        except grpc.RpcError:  # gRPC ended the call before the request was read
+            self.server.refusals += 1
+            _log_unread(fn.__name__, peer, context, self.server)
+            raise  # gRPC knows this error: the status it sent stands, nothing more is logged
         try:
             from google.protobuf.message import DecodeError
 
+            if raw is None:
+                raise ParameterError(f"request: {fn.__name__} takes exactly one request message, got none")
             limit = self.server.max_message_bytes
             if len(raw) > limit:
                 raise _Refusal("RESOURCE_EXHAUSTED", f"a request of {len(raw)} bytes is over the limit of {limit} "
@@ -476,10 +558,23 @@ def _handler(fn):
             log.exception("internal error in %s", fn.__name__)
             code, text = grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
         self.server.refusals += 1
-        log.warning("refused %s from %s: %s: %s", fn.__name__, context.peer(), code.name, text)
+        log.warning("refused %s from %s: %s: %s", fn.__name__, peer, code.name, text)
         context.abort(code, text[:2000])
 
     return wrapped
+
+
+def _log_unread(method: str, peer: str, context, server: PolicyServer) -> None:
+    """Log a call that gRPC ended before its request could be read: over the hard size limit
+    (gRPC answered ``RESOURCE_EXHAUSTED``), past the client's deadline, or cancelled by it."""
+    left = context.time_remaining()
+    if left is not None and left <= 0.0:
+        why = "DEADLINE_EXCEEDED: the request did not arrive before the client's deadline"
+    else:
+        why = (f"RESOURCE_EXHAUSTED: gRPC dropped the request unread: over the hard receive limit of "
+               f"{server.hard_limit} bytes (--max-message-bytes {server.max_message_bytes}; or the client "
+               "cancelled the call while sending it)")
+    log.warning("refused %s from %s: %s", method, peer, why)
 
 
 class _Servicer:
@@ -514,6 +609,7 @@ class _Servicer:
         start = time.perf_counter()
         s = self.server.session(request.session_id)
         state = decode_state(request.state, s.layout) if request.HasField("state") else None
+        mocap = _mocap(request.state, s.layout) if state is not None else None
         wait = float(request.wait_s)
         if not math.isfinite(wait) or wait < 0:
             raise ParameterError(f"wait_s: must be >= 0, got {wait}")
@@ -522,6 +618,7 @@ class _Servicer:
             raise ParameterError("min_planned_from: NaN")
         with s.cond:
             if state is not None:
+                s.receive_mocap(mocap)
                 s.state = state
                 s.state_seq += 1
                 s.cond.notify_all()
@@ -544,12 +641,14 @@ class _Servicer:
         if not request.HasField("state"):
             raise ParameterError("state: missing")
         t, x = decode_state(request.state, s.layout)
+        mocap = _mocap(request.state, s.layout)
         timeout = float(request.timeout_s) or MAX_WAIT_S
         if not (math.isfinite(timeout) and timeout > 0):
             raise ParameterError(f"timeout_s: must be positive, got {request.timeout_s}")
         job = {"t": t, "x": x, "done": threading.Event(), "error": None}
         with s.cond:
             s.reset_job = job
+            s.receive_mocap(mocap)
             s.state, s.state_seq, s.planned_seq = (t, x), s.state_seq + 1, s.state_seq + 1
             s.cond.notify_all()
         if not job["done"].wait(min(timeout, MAX_WAIT_S)):
@@ -614,12 +713,12 @@ def _TokenCheck(token: str, server: PolicyServer):
     grpc = _grpc()
     expected = f"Bearer {token}".encode()
 
-    def deny(request, context):
+    def deny(requests, context):  # the request is never read, whatever its size
         server.refusals += 1
         log.warning("refused a call from %s: UNAUTHENTICATED (missing or wrong token)", context.peer())
         context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token (authorization: Bearer TOKEN)")
 
-    denied = grpc.unary_unary_rpc_method_handler(deny)
+    denied = grpc.stream_unary_rpc_method_handler(deny)
 
     class TokenCheck(grpc.ServerInterceptor):
         def intercept_service(self, continuation, details):
