@@ -253,16 +253,18 @@ def test_bench_smooth_contact_configurations_and_errors():
         sb.run(seeds="0:1", configs=["bogus"])
     with pytest.raises(ParameterError, match="η"):
         sb.run(seeds="0:1", configs=[], etas=(1.5,))
+    with pytest.raises(ParameterError, match="seconds"):
+        sb.run(seeds="0:1", configs=["paper"], etas=(), seconds=-1.0)
 
 
 @pytest.mark.slow
 def test_bench_smooth_contact_runs_the_paper_configuration(tmp_path):
-    """One get-up in the paper's configuration (smooth planner η 0.4 at 8 ms, smooth plant η 0.7),
-    shared by the η comparison's η = 0.4 point: a finished run (success or not, no error), a
-    table and the η plot."""
+    """0.4 s of a get-up in the paper's configuration (smooth planner η 0.4 at 8 ms, smooth plant
+    η 0.7), shared by the η comparison's η = 0.4 point: a finished run (no error), a table and
+    the η plot."""
     from contactopt.bench import smooth_contact_bench as sb
 
-    r = sb.run(seeds="0:1", configs=["paper"], etas=(0.4,), plots=tmp_path, progress=False)
+    r = sb.run(seeds="0:1", configs=["paper"], etas=(0.4,), plots=tmp_path, progress=False, seconds=0.4)
     (row,) = r["configs"]
     assert row["config"] == "paper" and row["seeds"] == "0:1"
     assert not any(k.startswith("error") for k in row["failures"]), row["failures"]

@@ -64,11 +64,13 @@ ETA_SEEDS = 8
 @dataclass(frozen=True)
 class SmoothUnit:
     """One closed-loop get-up: ``config`` (a key of :data:`CONFIGS`, or ``"eta"`` for the η
-    comparison with planner η ``eta``) at ``seed``."""
+    comparison with planner η ``eta``) at ``seed``, for ``seconds`` simulated seconds (None: the
+    task's 5 s)."""
 
     config: str
     seed: int
     eta: float | None = None
+    seconds: float | None = None
 
 
 def _settings(unit: SmoothUnit) -> tuple[dict, str, float]:
@@ -91,8 +93,8 @@ def run_smooth_unit(unit: SmoothUnit) -> dict:
     t0 = time.perf_counter()
     settings, plant, plant_eta = _settings(unit)
     try:
-        report = run_task(load_task(TASK).task(), "ilqg", seed=unit.seed, lag=LAG, settings=settings,
-                          plant_contact=plant, plant_eta=plant_eta, stop_on_success=True).report
+        report = run_task(load_task(TASK).task(), "ilqg", seed=unit.seed, seconds=unit.seconds, lag=LAG,
+                          settings=settings, plant_contact=plant, plant_eta=plant_eta, stop_on_success=True).report
         kind, tts, ms = failure_kind(report), report.get("time_to_success"), report.get("iteration_ms_median")
     except ContactoptError as exc:
         kind, tts, ms = error_kind(exc), None, None
@@ -113,7 +115,7 @@ def _summary(outcomes: list[dict], seeds: range) -> dict:
 
 
 def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, seeds="0:32", plots=None,
-        workers: int | None = None, configs=None, etas=ETAS) -> dict:
+        workers: int | None = None, configs=None, etas=ETAS, seconds: float | None = None) -> dict:
     """Success of the humanoid get-up per contact configuration and per planner η.
 
     Args:
@@ -123,6 +125,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
       plots: optional existing directory for ``smooth_contact_eta.png``.
       workers: worker processes of the sweep engine (default 1, or ``bench --workers``).
       configs: subset of :data:`CONFIGS` (default all); etas: planner η values (``()``: none).
+      seconds: simulated seconds of each run (default the task's 5 s; shorter runs are a smoke
+        test, their success rates are not the task's).
 
     Returns:
       ``{"configs": [{"config", "planner", "plant", "success_rate", "successes", "seeds",
@@ -148,9 +152,11 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ParameterError(f"--workers must be an integer >= 1, got {workers!r}")
     eta_seeds = seeds[:ETA_SEEDS]
-    units = [SmoothUnit(c, s) for c in configs for s in seeds]
+    if seconds is not None and not (isinstance(seconds, (int, float)) and 0 < seconds < float("inf")):
+        raise ParameterError(f"seconds must be a positive number, got {seconds!r}")
+    units = [SmoothUnit(c, s, None, seconds) for c in configs for s in seeds]
     paper_eta = CONFIGS["paper"][1]
-    units += [SmoothUnit("eta", s, float(e)) for e in etas for s in eta_seeds
+    units += [SmoothUnit("eta", s, float(e), seconds) for e in etas for s in eta_seeds
               if not (e == paper_eta and "paper" in configs)]
     outcomes: dict = {}
     load_start = tasks_bench._loadavg()
@@ -174,6 +180,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
         key = ("paper", None) if (e == paper_eta and "paper" in configs) else ("eta", float(e))
         eta_rows.append({"eta": float(e), **_summary([outcomes[key][s] for s in eta_seeds], eta_seeds)})
     result = {"configs": rows, "eta": eta_rows, "lag_s": LAG, "planner_timestep": PLANNER_TIMESTEP,
+              "seconds": seconds,
               "loadavg_1min": {"start": load_start, "end": tasks_bench._loadavg()}, "cpu_count": os.cpu_count(),
               "workers": workers, "wall_s": round(time.perf_counter() - t0, 1), "plots": []}
     if plots is not None and eta_rows:
