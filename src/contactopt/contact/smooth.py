@@ -593,18 +593,8 @@ class SmoothContactDynamics(MujocoStateSpace, DerivativePool):
           :class:`~contactopt.dynamics.RolloutResult`; a step that fails (non-finite or huge
           state, singular inertia) sets ``diverged`` and fills the remaining rows with NaN.
         """
-        x0 = as_array("x0", x0, (self.nx,), max_abs=MAX_STATE_VALUE)
-        U = as_array("U", U, (None, self.nu))
+        x0, U, X_ref, K, lo, hi = self._rollout_inputs(x0, U, X_ref, K, lower, upper, max_abs=MAX_STATE_VALUE)
         T = U.shape[0]
-        if K is not None:
-            K = as_array("K", K, (T, self.nu, self.ndx))
-            if X_ref is None:
-                raise ParameterError("rollout: X_ref is required with feedback gains K")
-            X_ref = as_array("X_ref", X_ref, (None, self.nx))
-            if X_ref.shape[0] < T:
-                raise ParameterError(f"rollout: X_ref has {X_ref.shape[0]} rows, need at least {T}")
-        lo = self.control_lower if lower is None else np.asarray(lower, dtype=float)
-        hi = self.control_upper if upper is None else np.asarray(upper, dtype=float)
         X = np.empty((T + 1, self.nx))
         Ua = np.empty((T, self.nu))
         X[0] = x0

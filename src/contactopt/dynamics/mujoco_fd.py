@@ -232,18 +232,8 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
         """
         from . import RolloutResult
 
-        x0 = as_array("x0", x0, (self.nx,))
-        U = as_array("U", U, (None, self.nu))
+        x0, U, X_ref, K, lo, hi = self._rollout_inputs(x0, U, X_ref, K, lower, upper)
         T = U.shape[0]
-        if K is not None:
-            K = as_array("K", K, (T, self.nu, self.ndx))
-            if X_ref is None:
-                raise ParameterError("rollout: X_ref is required with feedback gains K")
-            X_ref = as_array("X_ref", X_ref, (None, self.nx))
-            if X_ref.shape[0] < T:
-                raise ParameterError(f"rollout: X_ref has {X_ref.shape[0]} rows, need at least {T}")
-        lo = self.control_lower if lower is None else np.asarray(lower, dtype=float)
-        hi = self.control_upper if upper is None else np.asarray(upper, dtype=float)
         clip = bool(np.any(np.isfinite(lo)) or np.any(np.isfinite(hi)))
         m, d = self.model, self._data
         nq, nv, na = self.nq, self.nv, self.na

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from ..errors import as_array
+from ..errors import ParameterError, as_array
 
 __all__ = ["MujocoStateSpace"]
 
@@ -82,3 +82,26 @@ class MujocoStateSpace:
             mujoco.mj_integratePos(self.model, q, dX[i, :nv], 1.0)
             out[i, :nq] = q
         return out[0] if single else out
+
+    def _rollout_inputs(self, x0, U, X_ref, K, lower, upper, *, max_abs=None):
+        """The checked arguments of a ``rollout``: ``x0 (nx,)``, ``U (T, nu)``, ``X_ref (≥T, nx)`` and
+        ``K (T, nu, ndx)`` (both None without feedback), control limits ``lo, hi (nu,)`` (default
+        :attr:`control_lower` / :attr:`control_upper`).
+
+        Raises:
+          ShapeError, NonFiniteError: a bad array; ParameterError: ``K`` without ``X_ref``, too
+          few reference rows, or an ``x0`` entry beyond ``max_abs``.
+        """
+        x0 = as_array("x0", x0, (self.nx,), max_abs=max_abs)
+        U = as_array("U", U, (None, self.nu))
+        T = U.shape[0]
+        if K is not None:
+            K = as_array("K", K, (T, self.nu, self.ndx))
+            if X_ref is None:
+                raise ParameterError("rollout: X_ref is required with feedback gains K")
+            X_ref = as_array("X_ref", X_ref, (None, self.nx))
+            if X_ref.shape[0] < T:
+                raise ParameterError(f"rollout: X_ref has {X_ref.shape[0]} rows, need at least {T}")
+        lo = self.control_lower if lower is None else np.asarray(lower, dtype=float)
+        hi = self.control_upper if upper is None else np.asarray(upper, dtype=float)
+        return x0, U, X_ref, K, lo, hi
