@@ -361,17 +361,17 @@ class SmoothContactModel:
                 else:
                     rp2 = np.where(r > 0, r ** (p - 2.0), 0.0)
                 coef = np.where(ok, c * rp2 / (S * den), 0.0)
-            for k in range(nc):
-                rows = tan[k]
-                dnu_dnubar = g[k] * np.eye(2) - coef[k] * np.outer(nu_bar[k], nu_bar[k])
-                F_b[np.ix_(rows, rows)] = dnu_dnubar * (-inv_A_t[k])[None, :]
-                dnu_dlam = nu_bar[k] * dg_dc[k] * mu[k]                 # (2,)
-                j = nl + k                                               # this contact's normal
-                F_b[rows, nrm[j]] = dnu_dlam * dlam_db[j]
-                F_phi[rows, j] = dnu_dlam * dlam_dphi[j]
-                if through_scale:
-                    F_inv[np.ix_(rows, rows)] = dnu_dnubar * (-b[rows])[None, :]
-                    F_inv[rows, nrm[j]] = dnu_dlam * a[j] * sm[j]
+            # per contact, batched: ∂ν/∂ν̄ (nc, 2, 2) and ∂ν/∂λ (nc, 2), scattered into the blocks
+            dnu_dnubar = g[:, None, None] * np.eye(2) - coef[:, None, None] * nu_bar[:, :, None] * nu_bar[:, None, :]
+            dnu_dlam = nu_bar * (dg_dc * mu)[:, None]
+            j = nl + np.arange(nc)                                       # each contact's normal
+            rows, cols = tan[:, :, None], tan[:, None, :]
+            F_b[rows, cols] = dnu_dnubar * (-inv_A_t)[:, None, :]
+            F_b[tan, nrm[j][:, None]] = dnu_dlam * dlam_db[j][:, None]
+            F_phi[tan, j[:, None]] = dnu_dlam * dlam_dphi[j][:, None]
+            if through_scale:
+                F_inv[rows, cols] = dnu_dnubar * (-b[tan])[:, None, :]
+                F_inv[tan, nrm[j][:, None]] = dnu_dlam * (a[j] * sm[j])[:, None]
         if through_scale:
             # ∂D_ii/∂φ_k = a'(φ_k) Σ_{j in rows of k, j ≠ i} |A_ij|; ∂(1/D)/∂D = −1/D²
             nl = space.n_limits
