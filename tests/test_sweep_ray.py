@@ -88,3 +88,23 @@ def test_address_check_passes_the_head_and_refuses_a_port_without_one(cluster):
             check_ray_address(f"127.0.0.1:{srv.getsockname()[1]}", 0.5)
     finally:
         srv.close()
+
+
+def test_offline_solves_from_many_initial_states_run_on_both_nodes_and_survive_a_killed_worker(cluster, tmp_path):
+    """``contactopt optimize --seeds --ray``: the same engine, one row per initial state."""
+    from contactopt.offline import offline_lost_row, plan_offline_units, run_offline_unit
+
+    _, crash = cluster
+    for f in ("arm", "crashed"):
+        (crash / f).unlink(missing_ok=True)
+    (crash / "arm").touch()
+    units = plan_offline_units(PENDULUM, range(4), backend="compliant", iterations=3)
+    out = SweepOutput(tmp_path / "offline.jsonl")
+    with RayEngine() as engine:
+        result = run_sweep(type("Plan", (), {"units": units}), out, engine, run=run_offline_unit,
+                           lost_row=offline_lost_row)
+    lines = [json.loads(x) for x in (tmp_path / "offline.jsonl").read_text().splitlines()]
+    assert (crash / "crashed").exists() and result["ran"] == 4
+    assert [r["seed"] for r in lines] == [0, 1, 2, 3] and all(r["error"] is None and r["finite"] for r in lines)
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert {r["node"] for r in lines} <= nodes  # which nodes ran them depends on the retry's timing

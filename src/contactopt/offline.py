@@ -21,6 +21,7 @@ feedforward controls ``u = B⁺τ``, plus the task's PD gains along the actuator
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -32,14 +33,18 @@ from .errors import ContactoptError, ParameterError
 __all__ = [
     "BACKENDS",
     "OfflineProblem",
+    "OfflineUnit",
     "build_offline_problem",
     "idto_task_names",
     "newton_step_times",
+    "optimize_many",
     "optimize_offline",
+    "plan_offline_units",
     "plan_states",
     "playback_in_mujoco",
     "report",
     "root_displacement",
+    "run_offline_unit",
     "timed",
     "write_states_video",
 ]
@@ -339,3 +344,191 @@ def timed(fn, *args, **kwargs):
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
     return out, time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- many initial states
+
+
+@dataclass(frozen=True)
+class OfflineUnit:
+    """One offline solve of a dataset: a task from one seeded initial state.
+
+    A unit names its task by reference (a bundled task name or a task file's absolute path), so a
+    worker process — local or on a Ray node — builds the problem itself.  :attr:`id` hashes
+    everything that decides the outcome, so a re-run recognises the units already in its output.
+
+    Attributes:
+      task: bundled task name or absolute task-file path.
+      seed: seed of the task's initial state.
+      backend: ``convex``, ``compliant`` or ``mujoco``.
+      horizon: knots ``T`` (None: the task's).
+      iterations: solver iteration budget (None: the task's first-plan count).
+      kappa: the convex backend's κ (final κ under continuation).
+      continuation: ``(kappa_start, kappa_end, factor)`` or None.
+      trajectories: folder for the per-unit ``.npz`` (None: not saved).
+      index: position in the dataset (output order); not part of the id.
+    """
+
+    task: str
+    seed: int
+    backend: str = "convex"
+    horizon: int | None = None
+    iterations: int | None = None
+    kappa: float = 0.1
+    continuation: tuple | None = None
+    trajectories: str | None = None
+    index: int = 0
+
+    @property
+    def id(self) -> str:
+        """Hash of the task reference, seed, backend, horizon, iterations, κ and continuation."""
+        import hashlib
+        import json
+
+        key = json.dumps({"kind": "optimize", "task": self.task, "seed": self.seed, "backend": self.backend,
+                          "horizon": self.horizon, "iterations": self.iterations, "kappa": self.kappa,
+                          "continuation": list(self.continuation) if self.continuation else None},
+                         sort_keys=True)
+        return hashlib.sha1(key.encode()).hexdigest()[:16]
+
+    def describe(self) -> dict:
+        """The row's identifying fields."""
+        return {"id": self.id, "task": self.task, "seed": self.seed, "backend": self.backend,
+                "horizon": self.horizon, "iterations_budget": self.iterations, "kappa": self.kappa,
+                "continuation": list(self.continuation) if self.continuation else None}
+
+
+def plan_offline_units(task: str, seeds, *, backend: str = "convex", horizon: int | None = None,
+                       iterations: int | None = None, kappa: float = 0.1, continuation=None,
+                       trajectories=None) -> tuple[OfflineUnit, ...]:
+    """The units of an offline dataset: one per seed of ``seeds`` (an iterable of ints ≥ 0).
+
+    The task is resolved here (an unknown task, a file without ``TASK`` or a task without an IDTO
+    form fails before any unit runs); a task file becomes its absolute path.
+
+    Raises:
+      ParameterError: bad seeds, backend, horizon, iterations or κ, a missing ``trajectories``
+        folder; UnknownTaskError / TaskFileError / NoIDTOFormError as :func:`build_offline_problem`.
+    """
+    import os
+    from pathlib import Path
+
+    from .solvers.idto import KappaSchedule
+
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ParameterError("the seed range is empty")
+    if min(seeds) < 0:
+        raise ParameterError(f"seeds must be >= 0, got {min(seeds)}")
+    if backend not in BACKENDS:
+        raise ParameterError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    horizon, iterations = _check_int("horizon", horizon), _check_int("iterations", iterations)
+    if not (isinstance(kappa, (int, float)) and np.isfinite(kappa) and kappa > 0):
+        raise ParameterError(f"kappa must be a positive number, got {kappa!r}")
+    if continuation is not None:
+        if isinstance(continuation, KappaSchedule):
+            continuation = (continuation.kappa_start, continuation.kappa_final, continuation.factor)
+        KappaSchedule(*continuation)  # validates it
+        continuation = tuple(float(c) for c in continuation)
+    if trajectories is not None:
+        if not Path(trajectories).is_dir():
+            raise ParameterError(f"--save-trajectories: directory {trajectories} does not exist")
+        trajectories = str(Path(trajectories).resolve())
+    _resolve(task)  # fail early: unknown task, bad file, no IDTO form
+    ref = str(Path(task).resolve()) if (task.endswith(".py") or os.sep in task) else task
+    return tuple(OfflineUnit(ref, s, backend, horizon, iterations, float(kappa), continuation, trajectories, i)
+                 for i, s in enumerate(seeds))
+
+
+def _trajectory_name(unit: OfflineUnit) -> str:
+    from pathlib import Path
+
+    stem = Path(unit.task).stem if unit.task.endswith(".py") else unit.task
+    return f"{stem}-{unit.backend}-seed{unit.seed}-{unit.id[:8]}.npz"
+
+
+def run_offline_unit(unit: OfflineUnit) -> dict:
+    """Solve one :class:`OfflineUnit` (here or in a sweep-engine worker; one thread).
+
+    The row is :func:`report`'s summary (cost, status, iterations, Newton-step times, ...) plus the
+    unit's fields, ``playback_root_displacement_m`` (the plan run open loop in the MuJoCo plant,
+    :func:`playback_in_mujoco`), ``trajectory`` (the ``.npz`` path or None) and ``error`` (None, or
+    ``"error: …"`` when building or solving raised: a row, never a crashed dataset).
+
+    The ``.npz`` holds ``time (T+1,)`` [s], ``qpos (T+1, nq)``, ``qvel (T+1, nv)``, ``tau (T, nv)``
+    [N, N·m], ``contact (T, nv)``, ``ctrl (T, nu)`` (the feedforward ``u = B⁺τ`` of each step),
+    ``x0``, ``cost_log (iterations+1,)`` and the playback ``playback_time``, ``playback_qpos``,
+    ``playback_qvel``.
+    """
+    from pathlib import Path
+
+    from .mpc.idto_planner import ServoFeedforward
+    from .solvers.idto import KappaSchedule
+    from .sweep.units import crash_if_armed, error_kind
+
+    crash_if_armed()  # the tests' fault hook (a worker killed mid-dataset); inert otherwise
+    row = unit.describe()
+    t0 = time.perf_counter()
+    try:
+        op = build_offline_problem(unit.task, backend=unit.backend, horizon=unit.horizon, kappa=unit.kappa,
+                                   workers=1, seed=unit.seed)
+        try:
+            schedule = KappaSchedule(*unit.continuation) if unit.continuation else None
+            result, stages = optimize_offline(op, iterations=unit.iterations, continuation=schedule)
+        finally:
+            op.problem.close()
+        row.update(report(op, result, stages, backend=unit.backend, wall_time=time.perf_counter() - t0))
+        row["task"] = unit.task
+        ts, qs, vs = playback_in_mujoco(op, result)
+        row["playback_seconds"] = float(ts[-1])
+        row["playback_root_displacement_m"] = root_displacement(op.plant, qs)
+        row["converged"] = bool(result.converged)
+        row["finite"] = bool(np.isfinite(result.q).all() and np.isfinite(result.cost))
+        row["error"] = None
+        row["trajectory"] = None
+        if unit.trajectories is not None:
+            path = Path(unit.trajectories) / _trajectory_name(unit)
+            u_ff = ServoFeedforward(op.plant)(result.q, result.v, result.tau)
+            tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
+            np.savez_compressed(tmp, time=np.arange(result.q.shape[0]) * op.problem.h, qpos=result.q,
+                                qvel=result.v, tau=result.tau, contact=result.contact, ctrl=np.asarray(u_ff),
+                                x0=op.x0, cost_log=np.array([lg.cost for lg in result.log] + [result.cost]),
+                                playback_time=ts, playback_qpos=qs, playback_qvel=vs)
+            os.replace(tmp, path)
+            row["trajectory"] = str(path)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one unit's failure is a row, not a crashed dataset
+        row.update({"error": error_kind(exc), "trajectory": None, "converged": False, "finite": False,
+                    "wall_seconds": time.perf_counter() - t0})
+    row["success"] = row["error"] is None and row["finite"]
+    return row
+
+
+def offline_lost_row(unit: OfflineUnit, lost) -> dict:
+    """The row of a unit whose worker died on every attempt (run again by the next resume)."""
+    return {**unit.describe(), "error": f"error: worker lost: {lost.message}", "lost": True, "success": False,
+            "converged": False, "finite": False, "trajectory": None}
+
+
+def optimize_many(units, out, *, workers: int = 1, ray: bool = False, address: str | None = None,
+                  progress: bool | None = None) -> dict:
+    """Solve ``units`` (:func:`plan_offline_units`) on the sweep engine into the output ``out``.
+
+    Local process pool (``workers`` processes, each solve single-threaded) or Ray (``ray``, joining
+    ``address`` when given); the output (``FILE.jsonl`` / ``FILE.parquet``,
+    :class:`~contactopt.sweep.SweepOutput`) holds one row per unit, is resumable (units already in it
+    are skipped) and written atomically at the end.
+
+    Returns:
+      :func:`contactopt.sweep.run_sweep` 's summary: ``rows`` (plan order), ``skipped``, ``ran``,
+      ``wall_s``, ``units_per_s``, ``engine``, ``workers``, ``loadavg_1min``.
+    """
+    from types import SimpleNamespace
+
+    from .sweep import SweepOutput, make_engine, run_sweep
+
+    output = SweepOutput(out)
+    with make_engine(workers, ray=ray, address=address) as engine:
+        return run_sweep(SimpleNamespace(units=tuple(units)), output, engine, progress=progress,
+                         run=run_offline_unit, lost_row=offline_lost_row, desc="optimize")

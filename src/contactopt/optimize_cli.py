@@ -27,9 +27,22 @@ def add_optimize_parser(sub) -> None:
     o.add_argument("--horizon", type=int, default=None, metavar="N", help="knots T (default: the task's)")
     o.add_argument("--iterations", type=int, default=None, metavar="N",
                    help="total solver iterations (default: the task's first-plan count)")
-    o.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="threads differentiating time steps (default 1: timings per core)")
+    o.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="one solve: threads differentiating time steps (default 1: timings per core); with "
+                        "--seeds: solves at once, each single-threaded, on worker processes or Ray CPUs "
+                        "(default: the CPU count)")
     o.add_argument("--seed", type=int, default=0, help="seed of the task's initial state (default 0)")
+    o.add_argument("--seeds", default=None, metavar="A:B",
+                   help="a dataset: one solve per initial state of seeds A..B-1 (or N for 0:N), one JSON row "
+                        "each in --out (re-running with the same --out skips the solves already there)")
+    o.add_argument("--out", type=Path, default=None, metavar="FILE.jsonl",
+                   help="with --seeds: the rows (FILE.jsonl, or FILE.parquet with pyarrow)")
+    o.add_argument("--save-trajectories", type=Path, default=None, metavar="DIR",
+                   help="with --seeds: each solve's plan and its MuJoCo playback as DIR/TASK-BACKEND-seedN-ID.npz")
+    o.add_argument("--ray", action="store_true",
+                   help='with --seeds: run on Ray (pip install "contactopt[ray]"): a local instance, or --address')
+    o.add_argument("--address", default=None, metavar="HOST:PORT",
+                   help="with --ray: join the cluster whose head runs there (`ray start --head`)")
     o.add_argument("--video", type=Path, default=None, metavar="PATH",
                    help="write an MP4 of the plan played back in MuJoCo (see --playback)")
     o.add_argument("--playback", default="mujoco", metavar="mujoco|plan",
@@ -60,6 +73,21 @@ def _check(args) -> None:
             raise ParameterError(f"{flag} must be a positive number, got {value}")
     if not (0 < args.kappa_factor < 1):
         raise ParameterError(f"--kappa-factor must be in (0, 1), got {args.kappa_factor}")
+    if args.seeds is None:
+        for flag, value in (("--out", args.out), ("--save-trajectories", args.save_trajectories)):
+            if value is not None:
+                raise ParameterError(f"{flag} belongs to a dataset: add --seeds A:B")
+        if args.ray or args.address is not None:
+            raise ParameterError("--ray runs a dataset: add --seeds A:B")
+    else:
+        if args.out is None:
+            raise ParameterError("--seeds needs --out FILE.jsonl (one row per solve)")
+        if args.video is not None:
+            raise ParameterError("--video renders one solve: with --seeds, use --save-trajectories DIR")
+        if args.address is not None and not args.ray:
+            raise ParameterError("--address joins a Ray cluster: add --ray")
+        if args.save_trajectories is not None and not args.save_trajectories.is_dir():
+            raise ParameterError(f"--save-trajectories: directory {args.save_trajectories} does not exist")
     if args.playback not in ("mujoco", "plan"):
         raise ParameterError(f"--playback must be 'mujoco' or 'plan', got {args.playback!r}")
     if args.video is not None:
@@ -117,8 +145,10 @@ def cmd_optimize(args) -> int:
     if args.continuation:
         start = 10.0 * args.kappa if args.kappa_start is None else args.kappa_start
         schedule = KappaSchedule(start, args.kappa, args.kappa_factor)
+    if args.seeds is not None:
+        return _cmd_optimize_many(args, schedule)
     op = build_offline_problem(args.task, backend=args.backend, horizon=args.horizon, kappa=args.kappa,
-                               workers=args.workers, seed=args.seed)
+                               workers=args.workers or 1, seed=args.seed)
     try:
         (result, stages), wall = timed(optimize_offline, op, iterations=args.iterations, continuation=schedule)
     finally:
@@ -138,4 +168,46 @@ def cmd_optimize(args) -> int:
         print(json.dumps(out, indent=2))
     else:
         _print(out)
+    return 0
+
+
+def _cmd_optimize_many(args, schedule) -> int:
+    """``contactopt optimize TASK --seeds A:B --out FILE``: one offline solve per seed on the sweep engine."""
+    import os
+
+    import numpy as np
+
+    from .bench.tasks_bench import parse_seed_range
+    from .offline import optimize_many, plan_offline_units
+    from .sweep import SweepOutput
+
+    SweepOutput(args.out)  # a missing folder or parquet without pyarrow: nothing runs, nothing written
+    units = plan_offline_units(args.task, parse_seed_range(args.seeds), backend=args.backend,
+                               horizon=args.horizon, iterations=args.iterations, kappa=args.kappa,
+                               continuation=schedule, trajectories=args.save_trajectories)
+    workers = args.workers or os.cpu_count() or 1
+    result = optimize_many(units, args.out, workers=workers, ray=args.ray, address=args.address)
+    rows = result["rows"]
+    ok = [r for r in rows if r.get("success")]
+    errors: dict[str, int] = {}
+    for r in rows:
+        if r.get("error"):
+            errors[r["error"]] = errors.get(r["error"], 0) + 1
+    costs = [r["cost"] for r in ok]
+    summary = {"task": args.task, "backend": args.backend, "solves": len(rows), "finite": len(ok),
+               "converged": sum(bool(r.get("converged")) for r in rows),
+               "cost_median": float(np.median(costs)) if costs else None,
+               "iterations_median": float(np.median([r["iterations"] for r in ok])) if ok else None,
+               "solve_seconds_median": float(np.median([r["solve_seconds"] for r in ok])) if ok else None,
+               "errors": errors, "out": str(args.out),
+               **{k: v for k, v in result.items() if k != "rows"}}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    for key, value in summary.items():
+        if key in ("errors", "loadavg_1min"):
+            continue
+        print(f"{key:26s} {_fmt(value)}")
+    for kind, n in sorted(errors.items()):
+        print(f"{'error':26s} {n} × {kind}")
     return 0

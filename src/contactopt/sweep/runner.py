@@ -30,13 +30,16 @@ def _loadavg() -> float | None:
         return None
 
 
-def run_sweep(plan: SweepPlan, output: SweepOutput, engine, *, progress: bool | None = None) -> dict:
+def run_sweep(plan: SweepPlan, output: SweepOutput, engine, *, progress: bool | None = None, run=run_unit,
+              lost_row=_lost_row, desc: str = "sweep") -> dict:
     """Run the units of ``plan`` not yet in ``output`` on ``engine``.
 
-    Each finished unit's row (:func:`contactopt.sweep.units.run_unit` plus ``worker``, ``node``
-    and ``attempts`` from the engine) is appended to ``output`` at once; the output is rewritten
+    Each finished unit's row (``run(unit)``: by default :func:`contactopt.sweep.units.run_unit`, one
+    closed-loop run; :func:`contactopt.offline.run_offline_unit` for offline solves — plus ``worker``,
+    ``node`` and ``attempts`` from the engine) is appended to ``output`` at once; the output is rewritten
     atomically at the end, also when interrupted (Ctrl-C loses only the units in flight).  Units
-    whose row says ``lost`` (their worker died on every attempt) are run again.
+    whose row says ``lost`` (their worker died on every attempt; ``lost_row(unit, Lost)`` makes it)
+    are run again.  ``plan`` needs only ``units`` (each with ``id``); ``desc`` labels the progress bar.
 
     Returns:
       ``{"rows": [row per unit of the plan, plan order], "skipped": units found in the output,
@@ -50,10 +53,10 @@ def run_sweep(plan: SweepPlan, output: SweepOutput, engine, *, progress: bool | 
     t0 = time.perf_counter()
     ran = 0
     try:
-        with progress_bar(total=len(todo), desc="sweep", unit="run", enable=progress) as bar:
+        with progress_bar(total=len(todo), desc=desc, unit="run", enable=progress) as bar:
             if todo:
-                for unit, value, meta in engine.imap_unordered(run_unit, todo):
-                    row = _lost_row(unit, value) if isinstance(value, Lost) else dict(value)
+                for unit, value, meta in engine.imap_unordered(run, todo):
+                    row = lost_row(unit, value) if isinstance(value, Lost) else dict(value)
                     row.update({"worker": meta.get("worker"), "node": meta.get("node"),
                                 "attempts": meta.get("attempts")})
                     output.append(row)

@@ -28,6 +28,7 @@ from ..errors import ContactoptError, ParameterError
 __all__ = [
     "SweepPlan",
     "Unit",
+    "crash_if_armed",
     "failure_kind",
     "is_task_file",
     "parse_grid",
@@ -273,7 +274,7 @@ def plan_sweep(task_ref: str, *, planner: str | None = None, seeds: range, grid=
 # --------------------------------------------------------------------------- running one unit
 
 
-def _maybe_crash() -> None:
+def crash_if_armed() -> None:
     """The fault-injection hook of :data:`CRASH_ONCE_ENV` (tests: a worker killed mid-sweep)."""
     folder = os.environ.get(CRASH_ONCE_ENV)
     if not folder or not os.path.exists(os.path.join(folder, "arm")):
@@ -321,7 +322,7 @@ def run_unit(unit: Unit) -> dict:
       worker process meanwhile, all its threads), trajectory (file name or
       None)}``.
     """
-    _maybe_crash()
+    crash_if_armed()
     row = unit.describe()
     t0, c0 = time.perf_counter(), time.process_time()
     report: dict = {}
