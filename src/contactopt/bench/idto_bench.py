@@ -53,7 +53,7 @@ than both generic solvers to the same cost.  ``run(quick=True)`` shortens every 
 iteration count (for tests; also ``CONTACTOPT_IDTO_BENCH_QUICK=1``).
 
 Dense linear algebra runs on one OpenBLAS thread throughout
-(:func:`contactopt.solvers.idto._blas.single_threaded_blas`) for every
+(:func:`contactopt.native.blas.single_threaded_blas`) for every
 solver alike: on a shared 2-core machine a multi-threaded OpenBLAS waits on busy cores (an SVD
 that takes 8 ms on one thread was measured at 0.8 s), which would distort the comparison.
 """
@@ -70,7 +70,7 @@ import numpy as np
 
 from ..errors import ContactoptError, ParameterError
 from ..progress import progress_bar
-from ..solvers.idto._blas import single_threaded_blas
+from ..native.blas import single_threaded_blas
 from . import Benchmark, format_table, register_benchmark
 
 __all__ = ["run", "table", "idto_tasks", "benchmark_task", "open_loop_problem", "convergence",

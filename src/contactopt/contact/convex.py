@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import NonFiniteError, ParameterError, ShapeError, as_array
+from ..native.blas import single_threaded_blas
 from . import _convex_kernels as K
 
 __all__ = [
@@ -230,9 +231,10 @@ class ConvexContactModel:
         iters = np.zeros(batch.count, dtype=np.int64)
         status = np.zeros(batch.count, dtype=np.int64)
         kernel = K.solve_batch_parallel if parallel else K.solve_batch
-        kernel(inverse, batch.A_flat, batch.a_offsets, given, batch.R, batch.friction, batch.v_min,
-               batch.n_limits, batch.n_contacts, batch.offsets, batch.contact_offsets, batch.normal_offsets,
-               self.kappa, self.q, self.tol, int(self.max_iter), f, other, warm, iters, status)
+        with single_threaded_blas():  # the kernels' small np.dot products (module native.blas)
+            kernel(inverse, batch.A_flat, batch.a_offsets, given, batch.R, batch.friction, batch.v_min,
+                   batch.n_limits, batch.n_contacts, batch.offsets, batch.contact_offsets, batch.normal_offsets,
+                   self.kappa, self.q, self.tol, int(self.max_iter), f, other, warm, iters, status)
         return f, other, iters, status
 
 

@@ -55,6 +55,7 @@ import scipy.linalg
 
 from ..errors import ParameterError, ShapeError, as_array, check_instance
 from ..model import MAX_STATE_VALUE
+from ..native.blas import one_blas_thread
 from .convex import ContactBatch, ContactStatus, ConvexContactModel
 from .geometry import ContactSpace, contact_space
 from .smooth_dynamics import SingularInertiaError, UnconstrainedDynamics
@@ -181,6 +182,7 @@ class ConvexDynamics:
         w = np.asarray(distance, dtype=float)
         return np.where(w >= 0.0, -w, -self.penetration_recovery * w) / self.timestep
 
+    @one_blas_thread
     def problem(self, qpos, qvel, *, ctrl=None, qfrc_applied=None, xfrc_applied=None, act=None,
                 mocap_pos=None, mocap_quat=None) -> ConvexContactProblem:
         """Evaluate ``M``, ``n + u``, the contact space, ``A``, ``v_min`` and ``R`` at one state.
@@ -215,6 +217,7 @@ class ConvexDynamics:
 
     # ------------------------------------------------------------------ dynamics
 
+    @one_blas_thread
     def forward(self, qpos, qvel, *, ctrl=None, qfrc_applied=None, xfrc_applied=None, act=None,
                 mocap_pos=None, mocap_quat=None, f_init=None) -> ForwardStep:
         """Forward dynamics ``(q, w, u) → (q⁺, w⁺)`` (eq. 5–7 and the forward contact map).
@@ -246,6 +249,7 @@ class ConvexDynamics:
         mujoco.mj_integratePos(self.model, q_next, w_next, h)
         return ForwardStep(q_next, w_next, f, v, p, status, iters, self._smooth.data.energy.copy())
 
+    @one_blas_thread
     def inverse(self, qpos, qvel, qvel_next, *, act=None, mocap_pos=None, mocap_quat=None,
                 f_init=None) -> InverseStep:
         """Inverse dynamics ``(q, w, w⁺) → u`` with the contact impulse.
@@ -279,6 +283,7 @@ class ConvexDynamics:
         u = (p.M @ (qvel_next - qvel) - contact) / h - p.qfrc_smooth
         return InverseStep(u, f, c, p, status, iters)
 
+    @one_blas_thread
     def step(self, data: mujoco.MjData) -> ForwardStep:
         """Advance ``data`` by one step in place: ``qpos``, ``qvel``, ``act`` and ``time``.
 

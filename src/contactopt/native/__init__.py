@@ -8,9 +8,13 @@ See :mod:`contactopt.native.libmujoco`: :data:`NATIVE`, the bound MuJoCo C funct
 See :mod:`contactopt.native.preflight`: :func:`check_compiled_loops`, the check the entry points
 of the compiled loops run once on a model, so that what would be a MuJoCo fatal error inside a
 loop (which ends the process) is a :class:`~contactopt.errors.ModelError` before it runs.
+
+See :mod:`contactopt.native.blas`: :func:`single_threaded_blas`, one OpenBLAS thread for the
+small dense products of the solvers (a multi-threaded OpenBLAS stalls on a busy machine).
 """
 
-from . import libmujoco, preflight
+from . import blas, libmujoco, preflight
+from .blas import single_threaded_blas
 from .libmujoco import *  # noqa: F403  (the call layer's public names, listed in libmujoco.__all__)
 from .preflight import (  # noqa: F401  (listed in preflight.__all__)
     COMPILED_LOOP_CALLS,
@@ -21,4 +25,4 @@ from .preflight import (  # noqa: F401  (listed in preflight.__all__)
     memory_limit_bytes,
 )
 
-__all__ = list(libmujoco.__all__) + list(preflight.__all__)
+__all__ = list(libmujoco.__all__) + list(preflight.__all__) + ["single_threaded_blas"]

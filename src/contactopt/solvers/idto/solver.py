@@ -54,7 +54,7 @@ import scipy.linalg
 import scipy.linalg.lapack
 
 from ...errors import ParameterError, check_instance, check_positive
-from ._blas import single_threaded_blas
+from ...native.blas import single_threaded_blas
 from .problem import IDTOProblem, Linearization
 
 __all__ = [
@@ -138,7 +138,7 @@ class IDTOSettings:
         dogleg's Cauchy leg leaves them and the merit ``L + λᵀh``, linear in ``h``, can drop
         as the violation grows.  Penalty mode always takes the dogleg.
       single_thread_blas: run the solve's dense linear algebra on one OpenBLAS thread
-        (:mod:`contactopt.solvers.idto._blas`; the matrices are small, and threads only add waiting).
+        (:mod:`contactopt.native.blas`; the matrices are small, and threads only add waiting).
     """
 
     max_iterations: int = 100
