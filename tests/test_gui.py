@@ -149,3 +149,33 @@ def test_drag_handle_pushes_the_selected_body_and_goals_move():
         assert app.state()["goals"][key] == [0.4, 0.0, 3.8]
     finally:
         app.close()
+
+
+def test_scene_sends_only_the_bodies_that_moved():
+    """Each pose set is a websocket message serialized under the GIL the planner shares: an update
+    sends the bodies that moved (beyond 1e-5 m / 1e-5 in a quaternion component), all after resend()."""
+    import mujoco
+    import numpy as np
+    import viser
+
+    from contactopt.gui.scene import BodyScene
+    from contactopt.model import load_model
+
+    model = load_model("humanoid")
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    server = viser.ViserServer(host="127.0.0.1", port=0)
+    try:
+        scene = BodyScene(server.scene, model, "plant")
+        n = len(scene.bodies)
+        assert n > 5 and scene.update(data.xpos, data.xquat) == n
+        assert scene.update(data.xpos, data.xquat) == 0
+        xpos = data.xpos.copy()
+        xpos[scene.bodies[2], 0] += 1e-3
+        xpos[scene.bodies[3], 1] += 1e-6  # below the tolerance
+        assert scene.update(xpos, data.xquat) == 1
+        assert np.allclose(scene.frames[scene.bodies[2]].position, xpos[scene.bodies[2]])
+        scene.resend()
+        assert scene.update(xpos, data.xquat) == n
+    finally:
+        server.stop()

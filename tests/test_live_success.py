@@ -1,5 +1,6 @@
 """The live loop keeps the headless success rate: the acrobot through ``LiveRun`` in real time with
-the GUI server attached (no browser) succeeds on as many seeds as headless asynchronous MPC
+the GUI server attached and a client receiving its scene (:func:`contactopt.gui.probe.receiving_client`:
+the server sends nothing to nobody) succeeds on as many seeds as headless asynchronous MPC
 (``run_task(..., mode="async")``), less one for a noisy shared machine."""
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def _live_success(app, seed: int, duration: float, wall_limit: float) -> bool:
 def test_acrobot_live_with_gui_keeps_the_headless_success_rate(capsys):
     pytest.importorskip("viser")
     from contactopt.gui.app import GuiApp
+    from contactopt.gui.probe import receiving_client
     from contactopt.tasks import load_task
 
     task = load_task("acrobot").task()
@@ -44,13 +46,21 @@ def test_acrobot_live_with_gui_keeps_the_headless_success_rate(capsys):
                    for s in SEEDS)
     t_headless = time.monotonic() - start
     app = GuiApp(LiveRun(task, "ilqg", seed=SEEDS[0], slowdown=1.0), port=0).start()
+    client = receiving_client(app.url)
     try:
+        end = time.monotonic() + 30
+        while not app.server.get_clients() and time.monotonic() < end:
+            time.sleep(0.1)
+        assert app.server.get_clients(), "the receiving client did not connect"
         live = [_live_success(app, s, task.duration, wall_limit=task.duration * 1.5) for s in SEEDS]
         rate = app.scene_rate()
     finally:
+        client.kill()
+        client.wait()
         app.close()
     with capsys.disabled():
         print(f"\nacrobot ilqg seeds {SEEDS}: headless async {headless}/{len(SEEDS)} ({t_headless:.0f} s), "
               f"live with GUI {sum(live)}/{len(SEEDS)} {live} ({time.monotonic() - start - t_headless:.0f} s, "
               f"scene {rate:.0f} Hz)")
     assert sum(live) >= headless - 1
+    assert rate >= 30.0, f"scene update rate {rate:.1f}/s < 30/s"

@@ -1,9 +1,12 @@
 """Measure the GUI's cost on the planner's update time and its scene update rate.
 
-Runs a task live three ways, one after the other, each for ``--seconds`` wall seconds after a
+Runs a task live four ways, one after the other, each for ``--seconds`` wall seconds after a
 warm-up: the plant + planner alone (:class:`~contactopt.mpc.live.LiveRun`), with the GUI server
-and no browser, and with the GUI server and a headless Chromium connected.  Prints the median
-planner update time [ms] over the window and the scene updates/s sent by the server.
+and no browser, with the GUI server and a websocket client in another process that receives
+every message and draws nothing (the server's own cost, as with a browser on another machine),
+and with the GUI server and a headless Chromium on this machine (which also draws the scene
+with software WebGL on the same cores).  Prints the median planner update time [ms] over the
+window and the scene updates/s sent by the server.
 
     python examples/gui/measure_overhead.py [--task humanoid-getup] [--slowdown 2] [--seconds 10]
 """
@@ -17,6 +20,7 @@ import time
 import numpy as np
 
 from contactopt.gui.app import GuiApp
+from contactopt.gui.probe import receiving_client
 from contactopt.mpc.live import LiveRun
 from contactopt.tasks import load_task
 
@@ -37,11 +41,13 @@ def window_stats(run: LiveRun, t_from: float, app: GuiApp | None) -> dict:
 def measure(task, mode: str, args) -> dict:
     run = LiveRun(task, seed=args.seed, slowdown=args.slowdown)
     app = None
-    browser = pw = None
+    browser = pw = listener = None
     if mode == "live only":
         run.start()
     else:
-        app = GuiApp(run, port=0).start()
+        app = GuiApp(run, port=0, scene_hz=args.scene_hz).start()
+        if mode == "gui + websocket client":
+            listener = receiving_client(app.url)
         if mode == "gui + browser":
             from playwright.sync_api import sync_playwright
 
@@ -65,6 +71,9 @@ def measure(task, mode: str, args) -> dict:
             out["clients"] = len(app.server.get_clients())
         return out
     finally:
+        if listener is not None:
+            listener.kill()
+            listener.wait()
         if browser is not None:
             browser.close()
             pw.stop()
@@ -81,10 +90,14 @@ def main():
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scene-hz", type=float, default=GuiApp.DEFAULT_SCENE_HZ, help="target scene updates/s")
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--modes", default=None, help="comma-separated subset of the modes")
     args = ap.parse_args()
     task = load_task(args.task).task()
-    modes = ["live only", "gui, no client"] + ([] if args.no_browser else ["gui + browser"])
+    modes = ["live only", "gui, no client", "gui + websocket client"] + ([] if args.no_browser else ["gui + browser"])
+    if args.modes:
+        modes = [m for m in modes if m in args.modes.split(",")]
     for mode in modes:
         print(json.dumps({"mode": mode, "task": args.task, "slowdown": args.slowdown, **measure(task, mode, args)}),
               flush=True)

@@ -70,8 +70,11 @@ class GuiApp:
       plot_hz: plot and status refreshes per second.
     """
 
+    #: default target scene updates per second
+    DEFAULT_SCENE_HZ = 40.0
+
     def __init__(self, run: LiveRun, *, host: str = "127.0.0.1", port: int = 8080, token: str | None = None,
-                 out_dir=".", scene_hz: float = 60.0, plot_hz: float = 4.0, plot_points: int = 600):
+                 out_dir=".", scene_hz: float = DEFAULT_SCENE_HZ, plot_hz: float = 4.0, plot_points: int = 600):
         if not (math.isfinite(scene_hz) and scene_hz > 0):
             raise ParameterError(f"scene_hz must be positive, got {scene_hz!r}")
         self.run = run
@@ -579,13 +582,27 @@ class GuiApp:
         next_tick = time.perf_counter()
         next_plot = 0.0
         next_trace = 0.0
-        last_version = None
+        last_version = recorded_version = None
         while not self._stop.is_set():
             now = time.perf_counter()
             try:
                 contacts = self._show_contacts.value
-                snap = self.run.snapshot(contacts=contacts)
-                if snap["version"] != last_version:
+                watched = bool(self.server.get_clients())
+                if not watched:
+                    # nobody to draw for: no scene, trace or plot messages (their serialization
+                    # holds the GIL the planner needs); a recording still samples the plant
+                    if self._recording is not None:
+                        snap = self.run.snapshot()
+                        if snap["version"] != recorded_version:
+                            recorded_version = snap["version"]
+                            self._record(snap)
+                    self._plant.resend()  # the next client gets every body, the plan and the plots at once
+                    self._trace_policy = None
+                    next_plot = 0.0
+                    last_version = snap = None
+                else:
+                    snap = self.run.snapshot(contacts=contacts)
+                if snap is not None and snap["version"] != last_version:
                     last_version = snap["version"]
                     with self.server.atomic():
                         self._plant.update(snap["xpos"], snap["xquat"])
@@ -597,11 +614,12 @@ class GuiApp:
                         self._scene_times = self._scene_times[-400:]
                         self._scene_updates += 1
                     if self._recording is not None:
+                        recorded_version = last_version
                         self._record(snap)
-                if now >= next_trace:
+                if watched and now >= next_trace:
                     next_trace = now + 0.1
                     self._draw_plan()
-                if now >= next_plot:
+                if watched and now >= next_plot:
                     next_plot = now + 1.0 / self.plot_hz
                     self._update_plots()
             except Exception as exc:  # noqa: BLE001 - keep serving; show what went wrong

@@ -43,7 +43,7 @@ def add_gui_parser(sub) -> None:
                    help="initial settings from a TOML file of --set keys (e.g. one the GUI exported)")
     g.add_argument("--out-dir", type=Path, default=Path("."), metavar="DIR",
                    help="folder for exported settings and recorded clips (default: the current one)")
-    g.add_argument("--scene-hz", type=float, default=60.0, help="scene updates per second (default 60)")
+    g.add_argument("--scene-hz", type=float, default=40.0, help="scene updates per second (default 40)")
     g.add_argument("--pause-at", type=float, default=None, metavar="SECONDS",
                    help="pause the plant when it reaches this simulated time (again after each reset)")
     g.add_argument("--seconds", type=float, default=None,

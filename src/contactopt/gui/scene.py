@@ -108,13 +108,36 @@ class BodyScene:
                                   receive_shadow=opacity is None))
         self.bodies.sort()
         self._index = np.array(self.bodies, dtype=int)
+        self._sent: tuple | None = None  # (positions, quaternions) of the bodies as last sent
 
-    def update(self, xpos: np.ndarray, xquat: np.ndarray) -> None:
-        """Pose every moving body from ``xpos (nbody, 3)`` and ``xquat (nbody, 4)`` (w, x, y, z)."""
-        for b in self.bodies:
-            f = self.frames[b]
-            f.position = xpos[b]
-            f.wxyz = xquat[b]
+    def update(self, xpos: np.ndarray, xquat: np.ndarray, *, tolerance: float = 1e-5) -> int:
+        """Pose the moving bodies from ``xpos (nbody, 3)`` [m] and ``xquat (nbody, 4)`` (w, x, y, z).
+
+        Only bodies that moved since the pose last sent — a position component by more than
+        ``tolerance`` [m] or a quaternion component by more than ``tolerance`` — get a message
+        (each pose property set is one websocket message serialized under the GIL, which the
+        planner thread shares).  Returns the number of bodies sent."""
+        idx = self._index
+        if idx.size == 0:
+            return 0
+        pos, quat = xpos[idx], xquat[idx]
+        if self._sent is None:
+            moved = np.ones(idx.size, dtype=bool)
+        else:
+            moved = ((np.abs(pos - self._sent[0]) > tolerance).any(axis=1)
+                     | (np.abs(quat - self._sent[1]) > tolerance).any(axis=1))
+            self._sent[0][moved], self._sent[1][moved] = pos[moved], quat[moved]
+        if self._sent is None:
+            self._sent = (pos.copy(), quat.copy())
+        for k in np.flatnonzero(moved):
+            f = self.frames[int(idx[k])]
+            f.position = pos[k]
+            f.wxyz = quat[k]
+        return int(moved.sum())
+
+    def resend(self) -> None:
+        """Forget the poses sent: the next :meth:`update` sends every body."""
+        self._sent = None
 
     def set_visible(self, visible: bool) -> None:
         """Show or hide every node."""
