@@ -18,20 +18,15 @@ pytestmark = pytest.mark.slow
 
 
 def _live_success(app, seed: int, duration: float, wall_limit: float) -> bool:
-    """Reset the live run to ``seed`` and wait until its success test has held, its task duration
-    has passed in simulated time, or ``wall_limit`` seconds."""
-    run = app.run
-    run.reset(seed)
-    end = time.monotonic() + wall_limit
-    while time.monotonic() < end:
-        st = run.telemetry()["status"]
-        assert st["error"] is None, st["error"]
-        if st["succeeded_at"] is not None:
-            return True
-        if st["time"] >= duration:
-            return False
-        time.sleep(0.05)
-    return False
+    """The example's :func:`live_success` (examples/gui/measure_live_success.py) on the app's run."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "gui" / "measure_live_success.py"
+    spec = importlib.util.spec_from_file_location("measure_live_success", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.live_success(app.run, seed, duration, wall_limit)
 
 
 def test_acrobot_live_with_gui_keeps_the_headless_success_rate(capsys):
