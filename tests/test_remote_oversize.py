@@ -35,7 +35,7 @@ def server(task):
     srv.stop()
 
 
-def _logged(caplog, *parts, timeout=5.0):
+def _logged(caplog, *parts, timeout=15.0):
     """The first ``contactopt.remote`` log message holding every string of ``parts`` (waits: the
     server logs on its own threads, possibly after the client got its status)."""
     end = time.time() + timeout

@@ -338,13 +338,7 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
             pending, self._pending = self._pending, None
             for f in pending:
                 f.exception()
-        U = as_array("U", U, (None, self.nu))
-        T = U.shape[0]
-        if T < 1:
-            raise ParameterError("horizon must be at least one step (U has 0 rows)")
-        X = as_array("X", X, (None, self.nx))
-        if X.shape[0] not in (T, T + 1):
-            raise ParameterError(f"X has {X.shape[0]} rows, expected {T} or {T + 1} for {T} controls")
+        X, U, T = self._derivative_inputs(X, U)
         A = np.zeros((T, self.ndx, self.ndx))
         B = np.zeros((T, self.ndx, self.nu))
         idx = self.derivative_indices(T)

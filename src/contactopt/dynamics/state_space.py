@@ -105,3 +105,19 @@ class MujocoStateSpace:
         lo = self.control_lower if lower is None else np.asarray(lower, dtype=float)
         hi = self.control_upper if upper is None else np.asarray(upper, dtype=float)
         return x0, U, X_ref, K, lo, hi
+
+    def _derivative_inputs(self, X, U):
+        """The checked arguments of ``derivatives``: ``(X (T or T+1, nx), U (T, nu), T)``, T ≥ 1.
+
+        Raises:
+          ShapeError, NonFiniteError: a bad array; ParameterError: no controls, or X with a row
+          count other than T or T + 1.
+        """
+        U = as_array("U", U, (None, self.nu))
+        T = U.shape[0]
+        if T < 1:
+            raise ParameterError("horizon must be at least one step (U has 0 rows)")
+        X = as_array("X", X, (None, self.nx))
+        if X.shape[0] not in (T, T + 1):
+            raise ParameterError(f"X has {X.shape[0]} rows, expected {T} or {T + 1} for {T} controls")
+        return X, U, T

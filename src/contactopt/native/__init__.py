@@ -13,7 +13,7 @@ See :mod:`contactopt.native.blas`: :func:`single_threaded_blas`, one OpenBLAS th
 small dense products of the solvers (a multi-threaded OpenBLAS stalls on a busy machine).
 """
 
-from . import blas, libmujoco, preflight
+from . import libmujoco, preflight
 from .blas import single_threaded_blas
 from .libmujoco import *  # noqa: F403  (the call layer's public names, listed in libmujoco.__all__)
 from .preflight import (  # noqa: F401  (listed in preflight.__all__)

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ContactoptError, ParameterError
 from ..mpc.policy import Policy
-from .messages import Layout, check_mocap, decode_policy, encode_state, layout_of, pb
+from .messages import Layout, check_mocap, decode_policy, encode_state, grpc_module, layout_of, pb
 
 __all__ = ["ExpiringPolicy", "PolicyClient", "RemoteError", "RemotePlanner"]
 
@@ -35,19 +35,6 @@ MAX_RECEIVE_BYTES = 256 << 20
 
 class RemoteError(ContactoptError):
     """The policy server could not be reached or refused a call (the message has the status)."""
-
-
-def _grpc():
-    """The ``grpc`` module, or a one-line :class:`ParameterError` naming the ``[server]`` extra."""
-    try:
-        import grpc
-
-        from . import policy_server_pb2_grpc  # noqa: F401  (checks the grpcio version it was generated for)
-    except Exception as exc:  # noqa: BLE001 - missing, or older than the generated code needs
-        raise ParameterError(f"the policy server needs grpcio >= 1.85.1 ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''}); pip install -U contactopt[server]"
-                             ) from None
-    return grpc
 
 
 def _value_msg(msg, value) -> None:
@@ -62,7 +49,7 @@ class _Connection:
 
     def __init__(self, address: str, token=None, tls_ca=None, *, planner=None, settings=None, seed=0,
                  expect: Layout | None = None, paused=False, client_name="contactopt", timeout=10.0):
-        grpc = _grpc()
+        grpc = grpc_module()
         pb()
         from . import policy_server_pb2_grpc as rpc
 
@@ -109,6 +96,19 @@ class _Connection:
             self.reopened += 1
         self.session_id, self.layout, self.task, self.planner = reply.session_id, layout, reply.task, reply.planner
 
+    def open_first(self) -> None:
+        """:meth:`open` for a client being constructed: on failure the channel is closed and the
+        error is a :class:`ParameterError` (the server refused the request's arguments) or a
+        :class:`RemoteError` naming the address."""
+        grpc = grpc_module()
+        try:
+            self.open()
+        except grpc.RpcError as exc:
+            self.channel.close()
+            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                raise ParameterError(exc.details()) from None
+            raise _remote_error(exc, self.address, "open session") from None
+
     def call(self, method: str, request, *, session: bool = True, timeout: float | None = None):
         """``stub.method(request)`` with the token and a deadline; raises ``grpc.RpcError``."""
         if session:
@@ -117,7 +117,7 @@ class _Connection:
 
     def call_session(self, method: str, request, timeout: float | None = None):
         """:meth:`call`, reopening the session once if the server no longer knows it."""
-        grpc = _grpc()
+        grpc = grpc_module()
         try:
             return self.call(method, request, timeout=timeout)
         except grpc.RpcError as exc:
@@ -154,7 +154,7 @@ class _Client:
         return self.conn.layout
 
     def _rpc(self, method, request, doing):
-        grpc = _grpc()
+        grpc = grpc_module()
         try:
             return self.conn.call_session(method, request)
         except grpc.RpcError as exc:
@@ -228,17 +228,11 @@ class PolicyClient(_Client):
             raise ParameterError(f"fallback must be 'zero' or 'gravity', got {fallback!r}")
         if fallback == "gravity" and model is None:
             raise ParameterError("fallback='gravity' needs the plant's model (model=...)")
-        grpc = _grpc()
+        grpc_module()  # a missing or old grpcio: one clear error before anything starts
         self.conn = _Connection(address, token, tls_ca, planner=planner, settings=settings, seed=seed,
                                 expect=None if model is None else layout_of(model), client_name="PolicyClient",
                                 timeout=timeout)
-        try:
-            self.conn.open()
-        except grpc.RpcError as exc:
-            self.conn.channel.close()
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise ParameterError(exc.details()) from None
-            raise _remote_error(exc, address, "open session") from None
+        self.conn.open_first()
         self.fallback = fallback
         self.poll = float(poll)
         self._model = model
@@ -349,7 +343,7 @@ class PolicyClient(_Client):
     # ------------------------------------------------------------------ network thread
 
     def _loop(self) -> None:
-        grpc = _grpc()
+        grpc = grpc_module()
         backoff = 0.05
         while not self._closed:
             self._wake.wait(0.2)
@@ -427,7 +421,7 @@ class PolicyClient(_Client):
         req = pb().ResetRequest(timeout_s=timeout)
         encode_state(req.state, t, qpos, qvel, np.zeros(lay.na) if act is None else act,
                      mocap_pos=None if mocap is None else mocap[0], mocap_quat=None if mocap is None else mocap[1])
-        grpc = _grpc()
+        grpc = grpc_module()
         try:
             reply = self.conn.call_session("Reset", req, timeout=timeout + 5)
         except grpc.RpcError as exc:
@@ -496,17 +490,11 @@ class RemotePlanner(_Client):
 
     def __init__(self, address: str, token=None, tls_ca=None, *, planner=None, settings=None, seed=0, model=None,
                  wait: float = 10.0):
-        grpc = _grpc()
+        grpc_module()  # a missing or old grpcio: one clear error before anything starts
         self.conn = _Connection(address, token, tls_ca, planner=planner, settings=settings, seed=seed,
                                 expect=None if model is None else layout_of(model), client_name="RemotePlanner",
                                 timeout=wait + 5)
-        try:
-            self.conn.open()
-        except grpc.RpcError as exc:
-            self.conn.channel.close()
-            if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                raise ParameterError(exc.details()) from None
-            raise _remote_error(exc, address, "open session") from None
+        self.conn.open_first()
         self.wait = float(wait)
         self.options: dict = dict(settings or {})
         self.planner_name = self.conn.planner
@@ -542,7 +530,7 @@ class RemotePlanner(_Client):
 
     def reset(self, t: float, x):
         """The first plan from state ``x`` ``(nx,)`` at time ``t`` [s], made on the server."""
-        grpc = _grpc()
+        grpc = grpc_module()
         req = pb().ResetRequest(timeout_s=max(self.wait, 30.0))
         self._state(req.state, t, x)
         start = time.perf_counter()
@@ -556,7 +544,7 @@ class RemotePlanner(_Client):
         """One update: send the state measured at ``t``, wait for a policy planned from it."""
         from ..mpc.runner import PlannerUpdate
 
-        grpc = _grpc()
+        grpc = grpc_module()
         req = pb().StepRequest(known_sequence=self._known, wait_s=self.wait, min_planned_from=float(t))
         self._state(req.state, t, x)
         start = time.perf_counter()

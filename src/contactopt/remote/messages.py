@@ -29,7 +29,7 @@ from ..mpc.policy import Policy
 
 __all__ = ["Layout", "RemoteConstantPolicy", "RemoteSplinePolicy", "RemoteTrajectoryPolicy", "check_mocap",
            "decode_array", "decode_mocap", "decode_policy", "decode_state", "encode_array", "encode_policy",
-           "encode_state", "layout_of", "pb"]
+           "encode_state", "grpc_module", "layout_of", "pb"]
 
 
 def pb():
@@ -41,6 +41,19 @@ def pb():
                              f"{str(exc).splitlines()[0] if str(exc) else ''}); pip install -U contactopt[server]"
                              ) from None
     return policy_server_pb2
+
+
+def grpc_module():
+    """The ``grpc`` module, or a one-line :class:`ParameterError` naming the ``[server]`` extra."""
+    try:
+        import grpc
+
+        from . import policy_server_pb2_grpc  # noqa: F401  (checks the grpcio version it was generated for)
+    except Exception as exc:  # noqa: BLE001 - missing, or older than the generated code needs
+        raise ParameterError(f"the policy server needs grpcio >= 1.85.1 ({type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}); pip install -U contactopt[server]"
+                             ) from None
+    return grpc
 
 
 # --------------------------------------------------------------------------- arrays

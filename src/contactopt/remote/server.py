@@ -45,7 +45,7 @@ from concurrent import futures
 import numpy as np
 
 from ..errors import ContactoptError, ParameterError
-from .messages import Layout, decode_mocap, decode_state, encode_array, encode_policy, layout_of, pb
+from .messages import Layout, decode_mocap, decode_state, encode_array, encode_policy, grpc_module, layout_of, pb
 
 __all__ = ["PolicyServer", "is_loopback", "load_served_task", "read_token"]
 
@@ -57,19 +57,6 @@ MAX_WAIT_S = 30.0
 DEFAULT_MAX_MESSAGE_BYTES = 4 << 20
 #: limit on a sent message [bytes] (an iLQG policy of a large model is a few MB)
 MAX_SEND_BYTES = 256 << 20
-
-
-def _grpc():
-    """The ``grpc`` module, or a one-line :class:`ParameterError` naming the ``[server]`` extra."""
-    try:
-        import grpc
-
-        from . import policy_server_pb2_grpc  # noqa: F401  (checks the grpcio version it was generated for)
-    except Exception as exc:  # noqa: BLE001 - missing, or older than the generated code needs
-        raise ParameterError(f"the policy server needs grpcio >= 1.85.1 ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''}); pip install -U contactopt[server]"
-                             ) from None
-    return grpc
 
 
 def is_loopback(host: str) -> bool:
@@ -300,7 +287,7 @@ class PolicyServer:
 
         if not isinstance(task, Task):
             raise ParameterError(f"PolicyServer: task must be a contactopt.Task, got {type(task).__name__}")
-        _grpc()  # a missing [server] extra fails here, in one line
+        grpc_module()  # a missing [server] extra fails here, in one line
         pb()
         registry.spec(planner)
         if not is_loopback(host) and not token:
@@ -358,7 +345,7 @@ class PolicyServer:
         Raises:
           ParameterError: the address cannot be bound.
         """
-        grpc = _grpc()
+        grpc = grpc_module()
         # gRPC itself refuses only far beyond the limit (the handler sees that and logs it); up
         # to there the handlers read an oversize message and refuse it with a clearer message
         opts = [("grpc.max_receive_message_length", self.hard_limit),
@@ -524,7 +511,7 @@ def _handler(fn):
 
     @functools.wraps(fn)
     def wrapped(self, requests, context):
-        grpc = _grpc()
+        grpc = grpc_module()
         peer = context.peer()
         try:
             raw = next(requests)
@@ -710,7 +697,7 @@ class _Servicer:
 
 def _TokenCheck(token: str, server: PolicyServer):
     """A server interceptor refusing calls whose ``authorization`` metadata is not ``Bearer TOKEN``."""
-    grpc = _grpc()
+    grpc = grpc_module()
     expected = f"Bearer {token}".encode()
 
     def deny(requests, context):  # the request is never read, whatever its size
