@@ -252,17 +252,27 @@ def _still_cost(model):
 
 def test_mpc_recording_grows_in_chunks():
     """Was: the MPC plant recorder allocated ``duration / record_period`` rows up front
-    (``run … --seconds 1e9``: hundreds of GiB); now it starts small and doubles."""
-    from contactopt.mpc.runner import MPCSettings, _Plant
+    (``run … --seconds 1e9``: hundreds of GiB); then it doubled its buffers, whose freed copies
+    stayed in the C heap (a 10-minute soak grew by twice its data).  Now it appends fixed chunks,
+    never copied during the run, and concatenates them once for the result."""
+    from contactopt.mpc.runner import RECORD_CHUNK, MPCSettings, _Plant
 
     model = contactopt.load_model("acrobot")
     data = mujoco.MjData(model)
     plant = _Plant(model, data, MPCSettings(duration=1e9), None, None)
-    assert len(plant.t) <= 4096
-    for k in range(3 * 4096):
-        plant.record(k * plant.rec_stride, np.zeros(model.nu))
-    assert plant.nrec == 3 * 4096 and len(plant.t) >= plant.nrec
-    assert np.isnan(plant.metric[plant.nrec:]).all()
+    first = plant._chunks["qpos"][0]
+    n = 3 * RECORD_CHUNK + 5
+    for k in range(n):
+        data.time = float(k)
+        plant.record(k * plant.rec_stride, np.full(model.nu, float(k)))
+        assert len(plant._chunks["t"]) == k // RECORD_CHUNK + 1  # one chunk at a time
+    assert plant._chunks["qpos"][0] is first  # never reallocated
+    t, ctrl, metric = plant.recorded("t"), plant.recorded("ctrl"), plant.recorded("metric")
+    assert plant.nrec == n and t.shape == (n,) and ctrl.shape == (n, model.nu)
+    assert np.array_equal(t, np.arange(n)) and np.array_equal(ctrl[:, 0], np.arange(n))
+    assert np.isnan(metric).all() and plant.recorded("qvel").shape == (n, model.nv)
+    short = _Plant(model, data, MPCSettings(duration=0.05), None, None)
+    assert short.chunk <= short.nrec_max and short.recorded("qpos").shape == (0, model.nq)
 
 
 def test_cli_simulate_huge_duration_starts_without_allocating():

@@ -58,4 +58,4 @@ def test_acrobot_live_with_gui_keeps_the_headless_success_rate(capsys):
               f"live with GUI {sum(live)}/{len(SEEDS)} {live} ({time.monotonic() - start - t_headless:.0f} s, "
               f"scene {rate:.0f} Hz)")
     assert sum(live) >= headless - 1
-    assert rate >= 30.0, f"scene update rate {rate:.1f}/s < 30/s"
+    assert rate >= 0.5 * GuiApp.DEFAULT_SCENE_HZ, f"scene update rate {rate:.1f}/s: the scene was hardly drawn"

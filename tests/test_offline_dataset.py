@@ -43,7 +43,7 @@ def test_dataset_on_two_workers_matches_serial_solves_and_resumes(tmp_path, caps
         assert z["time"][-1] == pytest.approx(T * op.problem.h)
         assert z["cost_log"][-1] == row["cost"] and z["playback_qpos"].shape[1] == op.plant.nq
     # one more seed: only it runs; each unit stays in the file once
-    assert main([*argv, "--seeds", "0:3"]) == 0
+    assert main([*argv, "--seeds", "0:3", "--save-trajectories", str(traj)]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["skipped"] == 2 and info["ran"] == 1 and info["solves"] == 3
     lines = out.read_text().splitlines()
@@ -70,7 +70,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
              (["--out", str(out)], "add --seeds"),
              (["--seeds", "0:2", "--out", str(out), "--address", "127.0.0.1:1"], "add --ray"),
              (["--seeds", "0:2", "--out", str(out), "--save-trajectories", str(tmp_path / "nope")], "does not exist"),
-             (["--seeds", "0:2", "--out", str(out), "--video", str(tmp_path / "v.mp4")], "--save-trajectories")]
+             (["--seeds", "0:2", "--out", str(out), "--video", str(tmp_path / "v.mp4")], "--save-trajectories"),
+             (["--seeds", "0:2", "--out", str(out), "--seed", "3"], "give the range only")]
     for extra, needle in cases:
         assert main(["optimize", PENDULUM, *extra]) == 1, extra
         err = capsys.readouterr().err

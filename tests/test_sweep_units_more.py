@@ -49,3 +49,18 @@ def test_session_unit_and_bad_workers(tmp_path, capsys):
     assert printed["records"] == 400 and printed["workers"] == 2 and path.is_file()
     assert main(["record", "hand", "--records", "10", "--workers", "0", "--out", str(path)]) == 1
     assert "workers must be an integer >= 1" in capsys.readouterr().err
+
+
+def test_parquet_output_keeps_every_rows_keys(tmp_path):
+    """``pyarrow.Table.from_pylist`` takes its columns from the first row: a key that only later
+    rows have (an error row's, the ``lost`` flag a resume needs) must still be written."""
+    pytest.importorskip("pyarrow")
+    from contactopt.sweep import SweepOutput, read_rows
+
+    out = SweepOutput(tmp_path / "o.parquet")
+    out.append({"id": "a", "seed": 0, "grid": {}, "cost": 1.5})
+    out.append({"id": "b", "seed": 1, "grid": {}, "error": "error: boom", "lost": True})
+    rows = {r["id"]: r for r in out.finalize(["a", "b"])}
+    back = {r["id"]: r for r in read_rows(tmp_path / "o.parquet")}
+    assert back["b"]["lost"] is True and back["b"]["error"] == "error: boom" and back["a"]["cost"] == 1.5
+    assert back["a"]["lost"] is None and rows["b"]["lost"] is True

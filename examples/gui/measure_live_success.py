@@ -59,6 +59,8 @@ def main():
         end = time.monotonic() + 30
         while not app.server.get_clients() and time.monotonic() < end:
             time.sleep(0.1)
+        if not app.server.get_clients():
+            raise SystemExit("the receiving client did not connect within 30 s")
         live = [live_success(app.run, s, task.duration, task.duration * args.slowdown * 1.5) for s in seeds]
         rate = app.scene_rate()
     finally:

@@ -381,13 +381,16 @@ class OfflineUnit:
 
     @property
     def id(self) -> str:
-        """Hash of the task reference, seed, backend, horizon, iterations, κ and continuation."""
+        """Hash of the task reference, seed, backend, horizon, iterations, κ (convex backend only),
+        continuation and whether trajectories are saved (a re-run that asks for them solves again)."""
         import hashlib
         import json
 
         key = json.dumps({"kind": "optimize", "task": self.task, "seed": self.seed, "backend": self.backend,
-                          "horizon": self.horizon, "iterations": self.iterations, "kappa": self.kappa,
-                          "continuation": list(self.continuation) if self.continuation else None},
+                          "horizon": self.horizon, "iterations": self.iterations,
+                          "kappa": self.kappa if self.backend == "convex" else None,
+                          "continuation": list(self.continuation) if self.continuation else None,
+                          "saves_trajectory": self.trajectories is not None},
                          sort_keys=True)
         return hashlib.sha1(key.encode()).hexdigest()[:16]
 
@@ -410,7 +413,6 @@ def plan_offline_units(task: str, seeds, *, backend: str = "convex", horizon: in
       ParameterError: bad seeds, backend, horizon, iterations or κ, a missing ``trajectories``
         folder; UnknownTaskError / TaskFileError / NoIDTOFormError as :func:`build_offline_problem`.
     """
-    import os
     from pathlib import Path
 
     from .solvers.idto import KappaSchedule
@@ -490,11 +492,14 @@ def run_offline_unit(unit: OfflineUnit) -> dict:
             path = Path(unit.trajectories) / _trajectory_name(unit)
             u_ff = ServoFeedforward(op.plant)(result.q, result.v, result.tau)
             tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-            np.savez_compressed(tmp, time=np.arange(result.q.shape[0]) * op.problem.h, qpos=result.q,
-                                qvel=result.v, tau=result.tau, contact=result.contact, ctrl=np.asarray(u_ff),
-                                x0=op.x0, cost_log=np.array([lg.cost for lg in result.log] + [result.cost]),
-                                playback_time=ts, playback_qpos=qs, playback_qvel=vs)
-            os.replace(tmp, path)
+            try:
+                np.savez_compressed(tmp, time=np.arange(result.q.shape[0]) * op.problem.h, qpos=result.q,
+                                    qvel=result.v, tau=result.tau, contact=result.contact, ctrl=np.asarray(u_ff),
+                                    x0=op.x0, cost_log=np.array([lg.cost for lg in result.log] + [result.cost]),
+                                    playback_time=ts, playback_qpos=qs, playback_qvel=vs)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
             row["trajectory"] = str(path)
     except KeyboardInterrupt:
         raise

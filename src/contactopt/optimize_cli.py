@@ -38,7 +38,8 @@ def add_optimize_parser(sub) -> None:
     o.add_argument("--out", type=Path, default=None, metavar="FILE.jsonl",
                    help="with --seeds: the rows (FILE.jsonl, or FILE.parquet with pyarrow)")
     o.add_argument("--save-trajectories", type=Path, default=None, metavar="DIR",
-                   help="with --seeds: each solve's plan and its MuJoCo playback as DIR/TASK-BACKEND-seedN-ID.npz")
+                   help="with --seeds: each solve's plan and its MuJoCo playback as DIR/TASK-BACKEND-seedN-ID.npz "
+                        "(a row that ended in an error is kept: delete it from --out to solve that seed again)")
     o.add_argument("--ray", action="store_true",
                    help='with --seeds: run on Ray (pip install "contactopt[ray]"): a local instance, or --address')
     o.add_argument("--address", default=None, metavar="HOST:PORT",
@@ -84,6 +85,8 @@ def _check(args) -> None:
             raise ParameterError("--seeds needs --out FILE.jsonl (one row per solve)")
         if args.video is not None:
             raise ParameterError("--video renders one solve: with --seeds, use --save-trajectories DIR")
+        if args.seed != 0:
+            raise ParameterError("--seed picks one initial state: with --seeds A:B, give the range only")
         if args.address is not None and not args.ray:
             raise ParameterError("--address joins a Ray cluster: add --ray")
         if args.save_trajectories is not None and not args.save_trajectories.is_dir():

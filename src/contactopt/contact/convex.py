@@ -235,7 +235,9 @@ class ConvexContactModel:
         iters = np.zeros(batch.count, dtype=np.int64)
         status = np.zeros(batch.count, dtype=np.int64)
         kernel = K.solve_batch_parallel if parallel else K.solve_batch
-        with single_threaded_blas():  # the kernels' small np.dot products (module native.blas)
+        # the serial kernel's small np.dot products on one OpenBLAS thread (module native.blas; the
+        # parallel kernel's numba threads are not covered: the setting is per calling thread)
+        with single_threaded_blas():
             kernel(inverse, batch.A_flat, batch.a_offsets, given, batch.R, batch.friction, batch.v_min,
                    batch.n_limits, batch.n_contacts, batch.offsets, batch.contact_offsets, batch.normal_offsets,
                    self.kappa, self.q, self.tol, int(self.max_iter), f, other, warm, iters, status)

@@ -157,7 +157,9 @@ class GuiApp:
         """What ``GET /contactopt/state.json`` answers: ``values`` (every key), ``status``, the
         ``scene_rate_hz``, ``scene_updates``, ``clients``, ``qvel``, the last plotted values
         (``plot``, ``plot_revision``), the ``goals`` (key → target), the selected
-        ``push_body``, the recent ``changes`` and ``messages``."""
+        ``push_body``, the recent ``changes`` and ``messages``.  While no browser (websocket client)
+        is connected the scene and plots are not drawn: ``scene_rate_hz`` falls to 0 and ``plot`` /
+        ``plot_revision`` keep their last values."""
         run = self.run
         tel = run.telemetry()
         snap = run.snapshot()
@@ -598,6 +600,7 @@ class GuiApp:
                             self._record(snap)
                     self._plant.resend()  # the next client gets every body, the plan and the plots at once
                     self._trace_policy = None
+                    self._dragging, self._drag_start = False, None  # a client that left mid-drag
                     next_plot = 0.0
                     last_version = snap = None
                 else:

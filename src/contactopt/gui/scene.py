@@ -124,8 +124,9 @@ class BodyScene:
         if self._sent is None:
             moved = np.ones(idx.size, dtype=bool)
         else:
-            moved = ((np.abs(pos - self._sent[0]) > tolerance).any(axis=1)
-                     | (np.abs(quat - self._sent[1]) > tolerance).any(axis=1))
+            # written as "not within": a NaN (never within) counts as moved
+            moved = ~((np.abs(pos - self._sent[0]) <= tolerance).all(axis=1)
+                      & (np.abs(quat - self._sent[1]) <= tolerance).all(axis=1))
             self._sent[0][moved], self._sent[1][moved] = pos[moved], quat[moved]
         if self._sent is None:
             self._sent = (pos.copy(), quat.copy())

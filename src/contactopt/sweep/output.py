@@ -137,7 +137,11 @@ class SweepOutput:
         try:
             if self.path.suffix == ".parquet":
                 pa = _import_pyarrow()
-                table = pa.Table.from_pylist([{**r, "grid": json.dumps(r.get("grid", {}))} for r in ordered])
+                # every key of every row (from_pylist takes the columns of the first row only: an
+                # error row or a `lost` flag further down would be dropped)
+                keys = list(dict.fromkeys(k for r in ordered for k in r))
+                table = pa.Table.from_pylist([{**{k: r.get(k) for k in keys}, "grid": json.dumps(r.get("grid", {}))}
+                                              for r in ordered])
                 pa.parquet.write_table(table, tmp)
             else:
                 with open(tmp, "w", encoding="utf-8") as fh:
