@@ -36,12 +36,11 @@ from typing import Callable
 
 import mujoco
 import numpy as np
-from scipy.interpolate import CubicSpline
 
 from ..errors import ContactoptError, ParameterError, as_array, check_finite, check_positive
 from ..model import MAX_STATE_VALUE, actuation_map, actuator_moment_matrix
 from ..solvers.idto import IDTOProblem, IDTOResult, IDTOSettings, IDTOSolver, IDTOStatus
-from .policy import Policy
+from .policy import SplineTrackingPolicy, UniformCubicSpline
 from .runner import BREAKDOWN_KEYS, PlannerUpdate
 from .sampling import best_perturbed_rollout
 
@@ -196,70 +195,11 @@ class ServoFeedforward:
         return out
 
 
-# --------------------------------------------------------------------------- spline
-
-_NAK_CACHE: dict = {}
-
-
-def _not_a_knot_map(n: int) -> np.ndarray:
-    """``(n, n)`` map from knot values to second derivatives of the not-a-knot cubic spline on the
-    unit-spaced knots ``0 … n−1`` (``n ≥ 4``); divide by ``h²`` for spacing ``h``."""
-    S = _NAK_CACHE.get(n)
-    if S is None:
-        A = np.zeros((n, n))
-        B = np.zeros((n, n))
-        for i in range(1, n - 1):  # C² continuity: M_{i−1} + 4 M_i + M_{i+1} = 6 Δ²y_i
-            A[i, i - 1:i + 2] = (1.0, 4.0, 1.0)
-            B[i, i - 1:i + 2] = (6.0, -12.0, 6.0)
-        # not-a-knot: third derivative continuous at the second and the second-to-last knot
-        A[0, :3] = (1.0, -2.0, 1.0)
-        A[-1, -3:] = (1.0, -2.0, 1.0)
-        S = _NAK_CACHE[n] = np.linalg.solve(A, B)
-    return S
-
-
-class UniformCubicSpline:
-    """C² not-a-knot cubic spline through values ``Y (n, k)`` at uniform knots ``0, h, …, (n−1) h``.
-
-    The same interpolant as ``scipy.interpolate.CubicSpline(knots, Y, bc_type="not-a-knot")``
-    (for ``n ≥ 4``; fewer knots fall back to SciPy), built with one precomputed ``(n, n)``
-    matrix product.  ``spline(s, nu)`` evaluates derivative ``nu ∈ {0, 1, 2}`` at a scalar
-    ``s`` [s] (extrapolating the end pieces outside ``[0, (n−1) h]``); returns ``(k,)``.
-    """
-
-    def __init__(self, h: float, Y):
-        Y = np.asarray(Y, dtype=float)
-        self.h = float(h)
-        self.n = Y.shape[0]
-        self.Y = Y
-        self._scipy = None
-        if self.n < 4:
-            self._scipy = CubicSpline(self.h * np.arange(self.n), Y, axis=0, bc_type="not-a-knot")
-            self.M = None
-        else:
-            self.M = _not_a_knot_map(self.n) @ Y / (self.h * self.h)
-
-    def __call__(self, s: float, nu: int = 0) -> np.ndarray:
-        if self._scipy is not None:
-            return self._scipy(s, nu)
-        h, Y, M = self.h, self.Y, self.M
-        i = min(max(int(math.floor(s / h)), 0), self.n - 2)
-        a = (i + 1) * h - s  # distance to the right knot
-        b = s - i * h  # distance to the left knot
-        Mi, Mj, yi, yj = M[i], M[i + 1], Y[i], Y[i + 1]
-        if nu == 0:
-            return (Mi * a ** 3 + Mj * b ** 3) / (6 * h) + (yi / h - Mi * h / 6) * a + (yj / h - Mj * h / 6) * b
-        if nu == 1:
-            return (Mj * b * b - Mi * a * a) / (2 * h) + (yj - yi) / h - (Mj - Mi) * h / 6
-        if nu == 2:
-            return (Mi * a + Mj * b) / h
-        raise ParameterError(f"UniformCubicSpline: derivative order must be 0, 1 or 2, got {nu!r}")
-
-
 # --------------------------------------------------------------------------- policy
+# (the spline and the tracking law it shares with the remote client: mpc/policy.py)
 
 
-class IDTOPolicy(Policy):
+class IDTOPolicy(SplineTrackingPolicy):
     """Cubic-spline plan tracked by PD + feedforward (module docstring).
 
     Args:
@@ -296,10 +236,7 @@ class IDTOPolicy(Policy):
         if _gains is None:
             _gains = IDTOPolicy.gains(model, kp, kd, lower, upper)
         self.G_pinv, self.Kp, self.Kd, self.lower, self.upper = _gains
-        Y = np.concatenate([self.q, self.v, np.vstack([self.u, self.u[-1:]])], axis=1)  # (T+1, nq+nv+nu)
-        self._spline = UniformCubicSpline(self.h, Y)
-        self._dq = np.empty(nv)
-        self._qd = np.empty(nq)
+        self._set_plan(self.q, self.v, self.u)
 
     @staticmethod
     def gains(model: mujoco.MjModel, kp=0.0, kd=0.0, lower=None, upper=None):
@@ -326,30 +263,11 @@ class IDTOPolicy(Policy):
         upper = hi_m if upper is None else np.broadcast_to(np.asarray(upper, float), (nu,))
         return G_pinv, Kp, Kd, lower, upper
 
-    @property
-    def horizon_time(self) -> float:
-        """Seconds covered by the plan (``T h``)."""
-        return self.T * self.h
+    def _normalize(self, q: np.ndarray) -> None:
+        mujoco.mj_normalizeQuat(self.model, q)
 
-    def reference(self, t: float):
-        """``(q_d (nq,), v_d (nv,), u_ff (nu,))`` of the splines at time ``t`` (clamped to the plan)."""
-        s = min(max(t - self.t0, 0.0), self.T * self.h)
-        y = self._spline(s)
-        nq, nv = self.nq, self.nv
-        qd = y[:nq].copy()
-        mujoco.mj_normalizeQuat(self.model, qd)
-        return qd, y[nq:nq + nv], y[nq + nv:]
-
-    def feedforward(self, t: float) -> np.ndarray:
-        return np.clip(self.reference(t)[2], self.lower, self.upper)
-
-    def control(self, t: float, x) -> np.ndarray:
-        qd, vd, u = self.reference(t)
-        if x is not None:
-            nq, nv = self.nq, self.nv
-            mujoco.mj_differentiatePos(self.model, self._dq, 1.0, x[:nq], qd)  # q_d ⊖ q
-            u = u + self.Kp @ self._dq + self.Kd @ (vd - x[nq:nq + nv])
-        return np.clip(u, self.lower, self.upper)
+    def _difference(self, q: np.ndarray, q_target: np.ndarray, out: np.ndarray) -> None:
+        mujoco.mj_differentiatePos(self.model, out, 1.0, q, q_target)
 
 
 # --------------------------------------------------------------------------- planner

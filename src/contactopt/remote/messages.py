@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ParameterError
-from ..mpc.policy import Policy
+from ..mpc.policy import Policy, SplineTrackingPolicy
 
 __all__ = ["Layout", "RemoteConstantPolicy", "RemoteSplinePolicy", "RemoteTrajectoryPolicy", "check_mocap",
            "decode_array", "decode_mocap", "decode_policy", "decode_state", "encode_array", "encode_policy",
@@ -286,10 +286,10 @@ class RemoteTrajectoryPolicy(Policy):
         return np.clip(u, self.lower, self.upper)
 
 
-class RemoteSplinePolicy(Policy):
-    """IDTO's law rebuilt on the client; the same control as
-    :class:`~contactopt.mpc.idto_planner.IDTOPolicy`:
-    ``clip(u_ff(t) + Kp (q_d(t) ⊖ q) + Kd (v_d(t) − v))`` with not-a-knot cubic splines.
+class RemoteSplinePolicy(SplineTrackingPolicy):
+    """IDTO's law rebuilt on the client from the model's joint layout (no ``MjModel``); the same
+    control as :class:`~contactopt.mpc.idto_planner.IDTOPolicy` (the shared law:
+    :class:`~contactopt.mpc.policy.SplineTrackingPolicy`).
 
     Args:
       layout: :class:`Layout`; t0, h: first knot time and spacing [s];
@@ -297,42 +297,16 @@ class RemoteSplinePolicy(Policy):
     """
 
     def __init__(self, layout: Layout, t0: float, h: float, q, v, u_ff, Kp, Kd, lower, upper):
-        from ..mpc.idto_planner import UniformCubicSpline
-
         self.layout, self.t0, self.h = layout, float(t0), float(h)
-        self.nu, self.T = layout.nu, q.shape[0] - 1
+        self.nq, self.nv, self.nu = layout.nq, layout.nv, layout.nu
         self.Kp, self.Kd, self.lower, self.upper = Kp, Kd, lower, upper
-        Y = np.concatenate([q, v, np.vstack([u_ff, u_ff[-1:]])], axis=1)
-        self._spline = UniformCubicSpline(self.h, Y)
-        self._dq = np.empty(layout.nv)
+        self._set_plan(q, v, u_ff)
 
-    @property
-    def horizon_time(self) -> float:
-        """Seconds covered by the plan ``T h``."""
-        return self.T * self.h
+    def _normalize(self, q: np.ndarray) -> None:
+        self.layout.normalize_quats(q)
 
-    def reference(self, t: float):
-        """``(q_d (nq,), v_d (nv,), u_ff (nu,))`` at time ``t`` [s] (clamped to the plan)."""
-        s = min(max(t - self.t0, 0.0), self.T * self.h)
-        y = self._spline(s)
-        nq, nv = self.layout.nq, self.layout.nv
-        qd = y[:nq].copy()
-        self.layout.normalize_quats(qd)
-        return qd, y[nq:nq + nv], y[nq + nv:]
-
-    def feedforward(self, t: float) -> np.ndarray:
-        """Clipped ``u_ff(t)`` ``(nu,)``."""
-        return np.clip(self.reference(t)[2], self.lower, self.upper)
-
-    def control(self, t: float, x) -> np.ndarray:
-        """The PD + feedforward control ``(nu,)`` for state ``x`` ``(nx,)`` at time ``t`` [s]."""
-        qd, vd, u = self.reference(t)
-        if x is not None:
-            nq, nv = self.layout.nq, self.layout.nv
-            x = np.asarray(x, dtype=float)
-            self.layout.differentiate(x[:nq], qd, self._dq)
-            u = u + self.Kp @ self._dq + self.Kd @ (vd - x[nq:nq + nv])
-        return np.clip(u, self.lower, self.upper)
+    def _difference(self, q: np.ndarray, q_target: np.ndarray, out: np.ndarray) -> None:
+        self.layout.differentiate(q, q_target, out)
 
 
 class RemoteConstantPolicy(Policy):
