@@ -388,3 +388,28 @@ def test_every_planner_swings_up_a_pendulum_that_can_be_held(tmp_path, planner):
     task = _strong_pendulum(tmp_path)
     wins = sum(run_task(task, planner, seed=seed, stop_on_success=True).result.success for seed in range(4))
     assert wins >= 3
+
+
+@pytest.mark.parametrize("planner", ["ilqg", "idto"])
+def test_user_code_that_raises_is_one_line_naming_it(tmp_path, capsys, planner):
+    """A user residual or success function that raises (a wrong signature, a bug) is a one-line
+    error naming the residual or the task function, never a traceback."""
+    from contactopt.cli import main
+
+    header = ("import numpy as np, contactopt\n"
+              "from contactopt.costs import CostTerm, Qvel, UserResidual\n")
+    files = {
+        "sig.py": header + "def cost(m):\n"
+                  "    return [CostTerm(UserResidual(m, lambda model, data: np.zeros(1), 1, name='mine'))]\n"
+                  "TASK = contactopt.Task(name='sig', model='acrobot', cost=cost, duration=0.2)\n",
+        "succ.py": header + "TASK = contactopt.Task(name='succ', model='acrobot', cost=lambda m: [CostTerm(Qvel(m))],"
+                   " duration=0.2, success=lambda m, d: 1 / 0)\n",
+    }
+    needles = {"sig.py": "residual mine: fn(model, data, x, u) raised TypeError",
+               "succ.py": "task succ: success raised ZeroDivisionError"}
+    for name, text in files.items():
+        path = tmp_path / name
+        path.write_text(text)
+        assert main(["run", str(path), "--planner", planner, "--seconds", "0.05"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("contactopt: error: ") and err.count("\n") == 1 and needles[name] in err, err

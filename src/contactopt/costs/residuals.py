@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import mujoco
 import numpy as np
 
-from ..errors import NonFiniteError, ParameterError, ShapeError, as_array, check_positive
+from ..errors import ContactoptError, NonFiniteError, ParameterError, ShapeError, as_array, check_positive
 
 __all__ = [
     "Combination",
@@ -563,7 +563,14 @@ class UserResidual(Residual):
         self._scratch: mujoco.MjData | None = None
 
     def _call(self, data, x, u):
-        r = as_array(f"residual {self.name} output", self.fn(self.model, data, x, u), (self.size,))
+        try:
+            out = self.fn(self.model, data, x, u)
+        except ContactoptError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code: any exception is the user's error
+            raise ContactoptError(f"residual {self.name}: fn(model, data, x, u) raised "
+                                  f"{type(exc).__name__}: {exc}") from exc
+        r = as_array(f"residual {self.name} output", out, (self.size,))
         return r.copy()
 
     def _call_at(self, x, u):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from ..errors import ParameterError
+from ..errors import ContactoptError, ParameterError
 from .registry import make
 from .runner import MPCResult, MPCSettings, model_error, perturb_model, plant_stepper, run_mpc
 
@@ -42,10 +42,28 @@ class TaskRun:
     report: dict
 
 
+def guarded(task_name: str, what: str, fn):
+    """``fn`` (a task's success, failure or metric function, user code) wrapped so that an
+    exception it raises becomes a :class:`ContactoptError` naming the task and the function (one
+    line on the CLI, never a traceback); None stays None."""
+    if fn is None:
+        return None
+
+    def call(model, data):
+        try:
+            return fn(model, data)
+        except ContactoptError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code: any exception is the user's error
+            raise ContactoptError(f"task {task_name}: {what} raised {type(exc).__name__}: {exc}") from exc
+
+    return call
+
+
 def _metric(task, plant):
     """The recorded metric: the task's own, else its running cost at the plant's state and control."""
     if task.metric is not None:
-        return task.metric
+        return guarded(task.name, "metric", task.metric)
     from ..costs import StageCost
 
     stage = StageCost(plant, task.cost_terms(plant))
@@ -105,8 +123,9 @@ def run_task(task, planner: str = "ilqg", *, seed: int = 0, seconds: float | Non
                       pushes=tuple(pushes), success_hold=task.success_hold, stop_on_success=stop_on_success,
                       added_latency=latency)
     try:
-        result = run_mpc(p, plant, data, mpc, success=task.success, metric=_metric(task, plant),
-                         failure=task.failure, plant_step=step)
+        result = run_mpc(p, plant, data, mpc, success=guarded(task.name, "success", task.success),
+                         metric=_metric(task, plant), failure=guarded(task.name, "failure", task.failure),
+                         plant_step=step)
     finally:
         p.close()
     report = {"task": task.name, "planner": planner, "seed": seed, **result.summary()}
