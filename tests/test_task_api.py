@@ -413,3 +413,13 @@ def test_user_code_that_raises_is_one_line_naming_it(tmp_path, capsys, planner):
         assert main(["run", str(path), "--planner", planner, "--seconds", "0.05"]) == 1
         err = capsys.readouterr().err
         assert err.startswith("contactopt: error: ") and err.count("\n") == 1 and needles[name] in err, err
+
+
+def test_a_zero_timestep_or_horizon_is_refused_not_taken_for_the_default(capsys):
+    from contactopt.cli import main
+
+    for planner in ("ilqg", "idto"):
+        for key in ("timestep", "horizon"):
+            assert main(["run", str(PENDULUM_TASK), "--planner", planner, "--set", f"{key}=0", "--seconds", "0.05"]) == 1
+            err = capsys.readouterr().err
+            assert err == f"contactopt: error: {key} must be positive [s], got 0.0\n", err

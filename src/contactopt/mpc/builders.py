@@ -32,8 +32,13 @@ __all__ = ["build_gdd", "build_idto", "build_ilqg", "planner_dynamics"]
 
 def _grid(task, plant, options):
     """``(h, T)``: the planner time step [s] and the horizon in steps."""
-    h = options.get("timestep") or task.timestep(plant)
-    horizon = options.get("horizon") or task.horizon_seconds(plant)
+    h = options.get("timestep")
+    horizon = options.get("horizon")
+    for key, value in (("timestep", h), ("horizon", horizon)):
+        if value is not None and not value > 0:  # 0 is a value given, not "use the default"
+            raise ParameterError(f"{key} must be positive [s], got {value}")
+    h = task.timestep(plant) if h is None else h
+    horizon = task.horizon_seconds(plant) if horizon is None else horizon
     if h <= 0 or horizon <= 0:
         raise ParameterError(f"timestep and horizon must be positive, got {h} and {horizon}")
     return float(h), max(1, round(horizon / h))
@@ -276,7 +281,10 @@ def build_gdd(task, plant, options, weights):
     model = task.make_planner_model(plant, float(plant.opt.timestep))
     bandwidth = options["bandwidth"]
     if bandwidth is None:
-        bandwidth = 2.0 * math.pi / (options.get("horizon") or task.horizon_seconds(plant))
+        horizon = options.get("horizon")
+        if horizon is not None and not horizon > 0:
+            raise ParameterError(f"horizon must be positive [s], got {horizon}")
+        bandwidth = 2.0 * math.pi / (task.horizon_seconds(plant) if horizon is None else horizon)
     terms = apply_cost_weights(task.cost_terms(model), weights)
     try:
         features = acceleration_terms(terms, bandwidth=bandwidth)
