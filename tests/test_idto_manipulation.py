@@ -10,6 +10,7 @@ import pytest
 from contactopt.errors import ParameterError, ShapeError
 from contactopt.model import load_model
 from contactopt.tasks import load_task
+from contactopt import rotations as rot
 from contactopt.tasks import idto_manipulation as im
 from contactopt.tasks.idto_tasks import build_idto_planner
 
@@ -24,62 +25,62 @@ def _random_quat(rng):
 
 def test_quaternion_helpers_match_hand_computations_and_mujoco(rng):
     s = math.sqrt(0.5)
-    np.testing.assert_allclose(im.quat_from_axis_angle([0, 0, 2.0], math.pi / 2), [s, 0, 0, s], atol=1e-15)
+    np.testing.assert_allclose(rot.quat_from_axis_angle([0, 0, 2.0], math.pi / 2), [s, 0, 0, s], atol=1e-15)
     # two quarter turns about z make a half turn: (0, 0, 0, 1)
-    qz = im.quat_from_axis_angle([0, 0, 1], math.pi / 2)
-    np.testing.assert_allclose(im.quat_multiply(qz, qz), [0, 0, 0, 1], atol=1e-15)
+    qz = rot.quat_from_axis_angle([0, 0, 1], math.pi / 2)
+    np.testing.assert_allclose(rot.quat_multiply(qz, qz), [0, 0, 0, 1], atol=1e-15)
     # i ⊗ j = k
-    np.testing.assert_allclose(im.quat_multiply([0, 1, 0, 0], [0, 0, 1, 0]), [0, 0, 0, 1])
+    np.testing.assert_allclose(rot.quat_multiply([0, 1, 0, 0], [0, 0, 1, 0]), [0, 0, 0, 1])
     for _ in range(5):
         a, b = _random_quat(rng), _random_quat(rng)
         want = np.empty(4)
         mujoco.mju_mulQuat(want, a, b)
-        np.testing.assert_allclose(im.quat_multiply(a, b), want, atol=1e-14)
-        np.testing.assert_allclose(im.quat_multiply(a, im.quat_conjugate(a)), [1, 0, 0, 0], atol=1e-14)
+        np.testing.assert_allclose(rot.quat_multiply(a, b), want, atol=1e-14)
+        np.testing.assert_allclose(rot.quat_multiply(a, rot.quat_conjugate(a)), [1, 0, 0, 0], atol=1e-14)
 
 
 def test_orientation_error_is_the_rotation_angle(rng):
     ident = np.array([1.0, 0, 0, 0])
-    assert im.orientation_error(ident, ident) == pytest.approx(0.0, abs=1e-12)
-    assert im.orientation_error(ident, [0, 0, 0, 1]) == pytest.approx(math.pi)
-    assert im.orientation_error(ident, im.quat_from_axis_angle([1, 0, 0], math.radians(30))) == pytest.approx(
+    assert rot.orientation_error(ident, ident) == pytest.approx(0.0, abs=1e-12)
+    assert rot.orientation_error(ident, [0, 0, 0, 1]) == pytest.approx(math.pi)
+    assert rot.orientation_error(ident, rot.quat_from_axis_angle([1, 0, 0], math.radians(30))) == pytest.approx(
         math.radians(30))
     # q and −q are the same orientation; a rotation by 200° is 160° the short way
     q = _random_quat(rng)
-    assert im.orientation_error(q, -q) == pytest.approx(0.0, abs=1e-7)
-    q200 = im.quat_from_axis_angle([0, 1, 0], math.radians(200))
-    assert im.orientation_error(ident, q200) == pytest.approx(math.radians(160))
+    assert rot.orientation_error(q, -q) == pytest.approx(0.0, abs=1e-7)
+    q200 = rot.quat_from_axis_angle([0, 1, 0], math.radians(200))
+    assert rot.orientation_error(ident, q200) == pytest.approx(math.radians(160))
     # the error between q and r ⊗ q is the angle of r, whatever q is
-    r = im.quat_from_axis_angle([1, 2, 3], 0.7)
-    assert im.orientation_error(q, im.quat_multiply(r, q)) == pytest.approx(0.7)
+    r = rot.quat_from_axis_angle([1, 2, 3], 0.7)
+    assert rot.orientation_error(q, rot.quat_multiply(r, q)) == pytest.approx(0.7)
     # MuJoCo's own: |mju_subQuat| is the same angle
     b = _random_quat(rng)
     res = np.empty(3)
     mujoco.mju_subQuat(res, b, q)
-    assert im.orientation_error(q, b) == pytest.approx(np.linalg.norm(res))
+    assert rot.orientation_error(q, b) == pytest.approx(np.linalg.norm(res))
 
 
 def test_rotate_toward_turns_by_the_step_on_the_shortest_arc(rng):
     q, target = _random_quat(rng), _random_quat(rng)
-    angle = im.orientation_error(q, target)
-    out = im.rotate_toward(q, target, 0.2)
-    assert im.orientation_error(q, out) == pytest.approx(min(0.2, angle))
-    assert im.orientation_error(out, target) == pytest.approx(max(angle - 0.2, 0.0))
-    assert im.orientation_error(im.rotate_toward(q, target, 10.0), target) == pytest.approx(0.0, abs=1e-7)
+    angle = rot.orientation_error(q, target)
+    out = rot.rotate_toward(q, target, 0.2)
+    assert rot.orientation_error(q, out) == pytest.approx(min(0.2, angle))
+    assert rot.orientation_error(out, target) == pytest.approx(max(angle - 0.2, 0.0))
+    assert rot.orientation_error(rot.rotate_toward(q, target, 10.0), target) == pytest.approx(0.0, abs=1e-7)
     # a half turn from the identity about z goes about z: the quarter point is a yaw of 45°
-    half = im.rotate_toward([1, 0, 0, 0], [0, 0, 0, 1], math.pi / 4)
-    np.testing.assert_allclose(half, im.quat_from_axis_angle([0, 0, 1], math.pi / 4), atol=1e-12)
+    half = rot.rotate_toward([1, 0, 0, 0], [0, 0, 0, 1], math.pi / 4)
+    np.testing.assert_allclose(half, rot.quat_from_axis_angle([0, 0, 1], math.pi / 4), atol=1e-12)
 
 
 def test_bad_quaternion_input_raises():
     with pytest.raises(ParameterError):
-        im.orientation_error([0, 0, 0, 0], [1, 0, 0, 0])
+        rot.orientation_error([0, 0, 0, 0], [1, 0, 0, 0])
     with pytest.raises(ParameterError):
-        im.rotate_toward([1, 0, 0, 0], [0, 0, 0, 1], -0.1)
+        rot.rotate_toward([1, 0, 0, 0], [0, 0, 0, 1], -0.1)
     with pytest.raises(ParameterError):
-        im.quat_from_axis_angle([0, 0, 0], 1.0)
+        rot.quat_from_axis_angle([0, 0, 0], 1.0)
     with pytest.raises(ShapeError):
-        im.quat_multiply([1, 0, 0], [1, 0, 0, 0])
+        rot.quat_multiply([1, 0, 0], [1, 0, 0, 0])
 
 
 # --------------------------------------------------------------------------- hand-ball
@@ -127,8 +128,8 @@ def test_hand_ball_nominal_turns_the_ball_about_the_axis_in_the_holding_pose():
     for k in range(T + 1):
         turned = min(im.HAND_BALL_SPIN * k * h, math.pi)
         quat = q[k, qa + 3:qa + 7]
-        assert im.orientation_error(q[0, qa + 3:qa + 7], quat) == pytest.approx(turned, abs=1e-9)
-        assert im.orientation_error(quat, target) == pytest.approx(math.pi - turned, abs=1e-9)
+        assert rot.orientation_error(q[0, qa + 3:qa + 7], quat) == pytest.approx(turned, abs=1e-9)
+        assert rot.orientation_error(quat, target) == pytest.approx(math.pi - turned, abs=1e-9)
     # finite-difference angular velocity: the spin rate about the axis (body = world frame at k = 0..)
     np.testing.assert_allclose(v[1, da + 3:da + 6], im.HAND_BALL_SPIN * im.HAND_BALL_AXIS, atol=1e-9)
     np.testing.assert_allclose(v[:, :16], 0.0)
@@ -158,7 +159,7 @@ def test_hand_ball_error_and_ball_in_hand_on_plant_states():
     qa, _ = im._free_joint(m, "ball")
     assert im.hand_ball_error_deg(m, d) == pytest.approx(180.0)
     assert im.ball_in_hand(m, d.qpos)
-    d.qpos[qa + 3:qa + 7] = im.quat_from_axis_angle(im.HAND_BALL_AXIS, math.radians(150))
+    d.qpos[qa + 3:qa + 7] = rot.quat_from_axis_angle(im.HAND_BALL_AXIS, math.radians(150))
     assert im.hand_ball_error_deg(m, d) == pytest.approx(30.0)
     d.qpos[qa:qa + 3] = [0.2, 0.0, 0.06]  # on the floor
     assert not im.ball_in_hand(m, d.qpos)
@@ -208,14 +209,14 @@ def test_box_targets_are_consistent_with_the_table():
     z = np.asarray(edge.pos)[2] + corners @ R.reshape(3, 3)[2]
     assert z.min() == pytest.approx(0.75, abs=1e-12)
     assert np.sum(np.isclose(z, 0.75)) == 2
-    assert math.degrees(im.orientation_error([1, 0, 0, 0], edge.quat)) == pytest.approx(45.0)
+    assert math.degrees(rot.orientation_error([1, 0, 0, 0], edge.quat)) == pytest.approx(45.0)
 
 
 def test_box_pose_error_by_hand():
     target = im.BoxTarget("t", (0.1, 0.0, 0.8), (1.0, 0.0, 0.0, 0.0))
     q = np.zeros(21)
     q[14:17] = [0.1, 0.03, 0.84]
-    q[17:21] = im.quat_from_axis_angle([0, 0, 1], math.radians(20))
+    q[17:21] = rot.quat_from_axis_angle([0, 0, 1], math.radians(20))
     ep, eo = im.box_pose_error(q, target, 14)
     assert ep == pytest.approx(0.05) and eo == pytest.approx(20.0)
 
@@ -236,7 +237,7 @@ def test_target_schedule_switches_when_reached_or_after_the_budget():
     assert sched.update(0.0, far).name == "slide"
     assert sched.update(1.0, far).name == "slide"
     # within 3 cm and 10°: reached
-    near = _box_qpos(m, np.add(im.BOX_TARGETS[0].pos, [0.02, 0, 0]), im.quat_from_axis_angle([0, 0, 1], 0.1))
+    near = _box_qpos(m, np.add(im.BOX_TARGETS[0].pos, [0.02, 0, 0]), rot.quat_from_axis_angle([0, 0, 1], 0.1))
     assert sched.update(1.5, near).name == "lift"
     assert sched.switches == [(0, 1.5, "reached")]
     assert sched.update(3.0, far).name == "lift"
@@ -426,7 +427,7 @@ def test_grasp_nominal_carries_the_hands_with_the_box_and_the_guess_closes_them(
 def test_grasp_ik_turns_with_the_box_per_arm_pitch_and_height():
     m = load_model("bimanual")
     box = np.array([0.10, 0.0, 0.90])
-    quat = im.quat_from_axis_angle([0, 1, 0], math.radians(30))
+    quat = rot.quat_from_axis_angle([0, 1, 0], math.radians(30))
     R = np.empty(9)
     mujoco.mju_quat2Mat(R, quat)
     R = R.reshape(3, 3)

@@ -57,6 +57,7 @@ from ..costs import (
     TrajectoryCost,
 )
 from ..errors import ParameterError, check_positive
+from ..rotations import quat_from_axis_angle, quat_multiply
 
 __all__ = [
     "MODEL_NAME",
@@ -248,16 +249,6 @@ def getup_cost(model: mujoco.MjModel, *, timestep: float | None = None, **weight
 # =========================================================================== initial states
 
 
-def _quat_mul(a, b):
-    out = np.empty(4)
-    mujoco.mju_mulQuat(out, np.asarray(a, float), np.asarray(b, float))
-    return out
-
-
-def _axis_quat(axis, angle):
-    out = np.empty(4)
-    mujoco.mju_axisAngle2Quat(out, np.asarray(axis, float), float(angle))
-    return out
 
 
 def sample_lying_state(model: mujoco.MjModel, rng: np.random.Generator | int | None = None, *,
@@ -308,8 +299,8 @@ def sample_lying_state(model: mujoco.MjModel, rng: np.random.Generator | int | N
     else:
         roll = rolls[side] + rng.uniform(-math.pi / 6, math.pi / 6)
     # body z (head) → horizontal; body x (front) → up for roll 0 (on the back)
-    tilt = _axis_quat([0, 1, 0], -0.5 * math.pi)
-    quat = _quat_mul(_axis_quat([0, 0, 1], yaw), _quat_mul(tilt, _axis_quat([0, 0, 1], roll)))
+    tilt = quat_from_axis_angle([0, 1, 0], -0.5 * math.pi)
+    quat = quat_multiply(quat_from_axis_angle([0, 0, 1], yaw), quat_multiply(tilt, quat_from_axis_angle([0, 0, 1], roll)))
 
     data = mujoco.MjData(model)
     qpos = model.qpos0.copy()

@@ -59,6 +59,10 @@ import mujoco
 import numpy as np
 
 from ..errors import ParameterError, as_array
+from ..rotations import orientation_error, quat_conjugate, quat_from_axis_angle, quat_multiply, rotate_toward
+from ..rotations import relative_rotation as _relative
+from ..rotations import turn as _turn
+from ..rotations import unit_quat as _quat
 from . import register_task
 from .idto_tasks import IDTOTask, idto_runner
 
@@ -71,82 +75,6 @@ __all__ = [
     "box_grasp_overrides", "box_paper_overrides", "TargetSchedule", "BoxTarget", "replay_schedule",
     "HAND_BALL", "BIMANUAL_BOX", "BOX_TARGETS", "TASKS",
 ]
-
-
-# =========================================================================== quaternions
-# MuJoCo convention: q = (w, x, y, z), a free joint's qpos quaternion maps body to world.
-
-
-def _quat(name: str, q) -> np.ndarray:
-    q = as_array(name, q, (4,))
-    n = float(np.linalg.norm(q))
-    if not n > 0:
-        raise ParameterError(f"{name}: a quaternion must be non-zero, got {q}")
-    return q / n
-
-
-def quat_multiply(a, b) -> np.ndarray:
-    """Hamilton product ``a ⊗ b`` of two ``(4,)`` quaternions ``(w, x, y, z)`` (not normalized)."""
-    a = as_array("a", a, (4,))
-    b = as_array("b", b, (4,))
-    w1, x1, y1, z1 = a
-    w2, x2, y2, z2 = b
-    return np.array([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
-                     w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-                     w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
-                     w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])
-
-
-def quat_conjugate(q) -> np.ndarray:
-    """Conjugate ``(w, −x, −y, −z)`` of a ``(4,)`` quaternion (the inverse of a unit one)."""
-    q = as_array("q", q, (4,))
-    return np.array([q[0], -q[1], -q[2], -q[3]])
-
-
-def quat_from_axis_angle(axis, angle: float) -> np.ndarray:
-    """Unit quaternion ``(4,)`` of a rotation by ``angle`` [rad] about ``axis`` ``(3,)`` (normalized here)."""
-    axis = as_array("axis", axis, (3,))
-    n = float(np.linalg.norm(axis))
-    if not n > 0:
-        raise ParameterError(f"axis must be non-zero, got {axis}")
-    if not math.isfinite(angle):
-        raise ParameterError(f"angle must be finite, got {angle!r}")
-    return np.concatenate([[math.cos(angle / 2)], math.sin(angle / 2) * axis / n])
-
-
-def _relative(q, q_target):
-    """``(angle [rad] in [0, π], unit axis (3,))`` of the world-frame rotation ``q_target ⊗ q⁻¹``."""
-    r = quat_multiply(_quat("q_target", q_target), quat_conjugate(_quat("q", q)))
-    if r[0] < 0:  # q and −q are the same rotation: take the short way
-        r = -r
-    s = float(np.linalg.norm(r[1:]))
-    angle = 2.0 * math.atan2(s, r[0])
-    axis = r[1:] / s if s > 1e-15 else np.array([1.0, 0.0, 0.0])
-    return angle, axis
-
-
-def orientation_error(q, q_target) -> float:
-    """Angle [rad] in ``[0, π]`` of the rotation between two orientations ``(4,)`` (sign-invariant)."""
-    return _relative(q, q_target)[0]
-
-
-def rotate_toward(q, q_target, max_angle: float) -> np.ndarray:
-    """``q (4,)`` turned toward ``q_target (4,)`` along the shortest arc by at most ``max_angle`` [rad] ≥ 0.
-
-    Returns the unit quaternion ``exp(s · log(q_target ⊗ q⁻¹)) ⊗ q`` with the rotated angle
-    ``s · angle = min(max_angle, angle)``; ``q_target`` itself (up to sign) once within reach.
-    """
-    if not (math.isfinite(max_angle) and max_angle >= 0):
-        raise ParameterError(f"max_angle must be >= 0, got {max_angle!r}")
-    q = _quat("q", q)
-    angle, axis = _relative(q, q_target)
-    return _turn(q, axis, min(max_angle, angle))
-
-
-def _turn(q, axis, angle):
-    """Unit ``exp(angle · axis) ⊗ q`` for a unit ``q (4,)`` and unit ``axis (3,)``."""
-    out = quat_multiply(quat_from_axis_angle(axis, angle), q)
-    return out / np.linalg.norm(out)
 
 
 # =========================================================================== nominal trajectories
