@@ -521,7 +521,7 @@ def optimize_many(units, out, *, workers: int = 1, ray: bool = False, address: s
     """Solve ``units`` (:func:`plan_offline_units`) on the sweep engine into the output ``out``.
 
     Local process pool (``workers`` processes, each solve single-threaded) or Ray (``ray``, joining
-    ``address`` when given); the output (``FILE.jsonl`` / ``FILE.parquet``,
+    ``address`` when given); the output (a path ``FILE.jsonl`` / ``FILE.parquet``, or a
     :class:`~contactopt.sweep.SweepOutput`) holds one row per unit, is resumable (units already in it
     are skipped) and written atomically at the end.
 
@@ -533,7 +533,7 @@ def optimize_many(units, out, *, workers: int = 1, ray: bool = False, address: s
 
     from .sweep import SweepOutput, make_engine, run_sweep
 
-    output = SweepOutput(out)
+    output = out if isinstance(out, SweepOutput) else SweepOutput(out)
     with make_engine(workers, ray=ray, address=address) as engine:
         return run_sweep(SimpleNamespace(units=tuple(units)), output, engine, progress=progress,
                          run=run_offline_unit, lost_row=offline_lost_row, desc="optimize")

@@ -87,10 +87,6 @@ def _check(args) -> None:
             raise ParameterError("--video renders one solve: with --seeds, use --save-trajectories DIR")
         if args.seed != 0:
             raise ParameterError("--seed picks one initial state: with --seeds A:B, give the range only")
-        if args.address is not None and not args.ray:
-            raise ParameterError("--address joins a Ray cluster: add --ray")
-        if args.save_trajectories is not None and not args.save_trajectories.is_dir():
-            raise ParameterError(f"--save-trajectories: directory {args.save_trajectories} does not exist")
     if args.playback not in ("mujoco", "plan"):
         raise ParameterError(f"--playback must be 'mujoco' or 'plan', got {args.playback!r}")
     if args.video is not None:
@@ -184,12 +180,12 @@ def _cmd_optimize_many(args, schedule) -> int:
     from .offline import optimize_many, plan_offline_units
     from .sweep import SweepOutput
 
-    SweepOutput(args.out)  # a missing folder or parquet without pyarrow: nothing runs, nothing written
+    output = SweepOutput(args.out)  # a missing folder or parquet without pyarrow: nothing runs, nothing written
     units = plan_offline_units(args.task, parse_seed_range(args.seeds), backend=args.backend,
                                horizon=args.horizon, iterations=args.iterations, kappa=args.kappa,
                                continuation=schedule, trajectories=args.save_trajectories)
     workers = args.workers or os.cpu_count() or 1
-    result = optimize_many(units, args.out, workers=workers, ray=args.ray, address=args.address)
+    result = optimize_many(units, output, workers=workers, ray=args.ray, address=args.address)
     rows = result["rows"]
     ok = [r for r in rows if r.get("success")]
     errors: dict[str, int] = {}

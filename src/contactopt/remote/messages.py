@@ -32,14 +32,19 @@ __all__ = ["Layout", "RemoteConstantPolicy", "RemoteSplinePolicy", "RemoteTrajec
            "encode_state", "grpc_module", "layout_of", "pb"]
 
 
+def _missing_extra(requirement: str, exc: Exception) -> ParameterError:
+    """The one-line error of a ``[server]`` dependency that is missing or too old."""
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return ParameterError(f"the policy server needs {requirement} ({type(exc).__name__}: {first}); "
+                          "pip install -U contactopt[server]")
+
+
 def pb():
     """The generated message module (imported lazily: grpc/protobuf are the ``[server]`` extra)."""
     try:
         from . import policy_server_pb2
     except Exception as exc:  # noqa: BLE001 - missing, or older than the generated code needs
-        raise ParameterError(f"the policy server needs protobuf >= 7.35 ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''}); pip install -U contactopt[server]"
-                             ) from None
+        raise _missing_extra("protobuf >= 7.35", exc) from None
     return policy_server_pb2
 
 
@@ -50,9 +55,7 @@ def grpc_module():
 
         from . import policy_server_pb2_grpc  # noqa: F401  (checks the grpcio version it was generated for)
     except Exception as exc:  # noqa: BLE001 - missing, or older than the generated code needs
-        raise ParameterError(f"the policy server needs grpcio >= 1.85.1 ({type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0] if str(exc) else ''}); pip install -U contactopt[server]"
-                             ) from None
+        raise _missing_extra("grpcio >= 1.85.1", exc) from None
     return grpc
 
 
