@@ -329,6 +329,27 @@ def test_bad_inputs_raise_clear_errors():
         IDTOSettings(scaling="cubic")
 
 
+@pytest.mark.parametrize("mode", ["penalty", "constrained"])
+def test_an_overflowing_guess_stops_with_non_finite_not_an_exception(mode):
+    """A finite but absurd guess (as a diverged sampled rollout gives the MPC planner) overflows the
+    inverse dynamics: the solve stops with ``NON_FINITE`` and an infinite cost, without raising
+    (scipy's ``cho_factor`` once raised ``ValueError`` on the NaN multiplier system) or warning."""
+    import warnings
+
+    m = load_model("acrobot")
+    T, h = 20, 0.05
+    pr = IDTOProblem(m, T, h, np.zeros(2), q_nom=np.array([0.4, -0.3]), Qq=0.1, Qv=0.01, R=0.01)
+    q = np.zeros((T + 1, 2))
+    q[1:] = 1e150 * np.random.default_rng(0).standard_normal((T, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = IDTOSolver(pr, IDTOSettings(max_iterations=5, underactuation=mode)).solve(q)
+    assert res.status is IDTOStatus.NON_FINITE and res.iterations == 0 and not np.isfinite(res.cost)
+    # the same solver from a sane guess is unaffected
+    ok = IDTOSolver(pr, IDTOSettings(max_iterations=5, underactuation=mode)).solve(np.zeros((T + 1, 2)))
+    assert ok.status is not IDTOStatus.NON_FINITE and np.isfinite(ok.cost)
+
+
 # --------------------------------------------------------------------------- equality-constrained underactuation
 
 

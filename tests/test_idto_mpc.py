@@ -166,6 +166,14 @@ def test_failed_update_keeps_the_old_plan():
     upd = pl.update(0.05, x)
     assert upd.policy is None and "FACTORIZATION_FAILED" in upd.message and pl.result is good
 
+    def non_finite(q_guess, **kw):
+        return IDTOResult(np.asarray(q_guess), np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), math.inf,
+                          IDTOStatus.NON_FINITE, 0, (), 0.1, 0.0)
+
+    pl.solver.solve_from_warm_start = non_finite
+    upd = pl.update(0.05, x)
+    assert upd.policy is None and "NON_FINITE" in upd.message and pl.result is good
+
     def diverged(q_guess, **kw):
         q = np.asarray(q_guess)
         return IDTOResult(q, np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1e9 * (good.cost + 1),

@@ -44,6 +44,9 @@ from .policy import SplineTrackingPolicy, UniformCubicSpline
 from .runner import BREAKDOWN_KEYS, PlannerUpdate
 from .sampling import best_perturbed_rollout
 
+#: solver statuses that leave no usable plan (the update fails; the next restarts from the last good one)
+_NO_STEP = (IDTOStatus.FACTORIZATION_FAILED, IDTOStatus.NON_FINITE)
+
 __all__ = ["IDTOPolicy", "IDTOPlanner", "UniformCubicSpline", "resample_trajectory", "feedforward_controls",
            "ServoFeedforward"]
 
@@ -396,7 +399,7 @@ class IDTOPlanner:
         best_q = best[2][:, :nq]
         radius = self.solver.trust_radius
         new = self.solver.solve(best_q, max_iterations=self.sample_iterations)
-        if new.status is not IDTOStatus.FACTORIZATION_FAILED and new.cost < res.cost:
+        if new.status not in _NO_STEP and new.cost < res.cost:
             return new
         self.solver.trust_radius = radius
         return res
@@ -437,7 +440,7 @@ class IDTOPlanner:
             # no decrease found: the plan is still the best known (finite, checked below), but a
             # collapsed radius would freeze every later warm start, so it restarts.
             self.solver.trust_radius = self.restart_radius
-        if res.status is IDTOStatus.FACTORIZATION_FAILED:
+        if res.status in _NO_STEP:
             ok, why = False, f"IDTO {res.status.name}"
         elif not (np.isfinite(res.q).all() and np.isfinite(res.v).all() and np.isfinite(res.tau).all()
                   and math.isfinite(res.cost)):

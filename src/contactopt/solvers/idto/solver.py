@@ -81,6 +81,9 @@ class IDTOStatus(enum.Enum):
     MAX_ITERATIONS = "max_iterations"
     TRUST_REGION_COLLAPSED = "trust_region_collapsed"
     FACTORIZATION_FAILED = "factorization_failed"
+    #: the cost or Gauss–Newton system at the current iterate overflowed (e.g. a guess whose
+    #: inverse dynamics need absurd forces): no step can be computed from it
+    NON_FINITE = "non_finite"
 
 
 @dataclass(frozen=True)
@@ -469,14 +472,16 @@ class IDTOSolver:
             off = 2 * (pr.T + 1) * pr.nv
             rows = pr.tau_cost_rows(True)
             r = np.concatenate([r[:off], r[off:].reshape(pr.T, pr.m_tau)[:, rows].ravel()])
-        return 0.5 * float(r @ r), pr.unactuated_forces(tr.tau)
+        with np.errstate(over="ignore", invalid="ignore"):  # an absurd trial point costs inf, unwarned
+            return 0.5 * float(r @ r), pr.unactuated_forces(tr.tau)
 
     def _constraint_jacobian(self, lin: Linearization) -> np.ndarray:
         """Banded ``A = ∂h/∂q`` as blocks ``(T, 3, nz, nv)`` (slots as ``Jtau``)."""
         return np.einsum("vz,tkvn->tkzn", self.problem.Z, lin.dtau)
 
     def _multipliers(self, cb, Hs: BandedHessian, gs, D, Ab, hval):
-        """λ and ``g̃ + Ãᵀλ`` (module docstring).  ``Ab (T, 3, nz, nv)``, ``hval (T·nz,)``."""
+        """λ and ``g̃ + Ãᵀλ`` (module docstring).  ``Ab (T, 3, nz, nv)``, ``hval (T·nz,)``.
+        ``(None, None)`` when the multiplier system overflowed (not finite)."""
         pr = self.problem
         T, nv, nz = pr.T, pr.nv, pr.Z.shape[1]
         N = T * nv
@@ -499,6 +504,8 @@ class IDTOSolver:
         Z, w = Zw[:, :-1], Zw[:, -1]
         S = Z.T @ Z
         rhs = hval - Z.T @ w
+        if not (np.isfinite(S).all() and np.isfinite(rhs).all()):
+            return None, None  # overflowed: the caller stops with IDTOStatus.NON_FINITE
         try:
             lam = scipy.linalg.cho_solve(scipy.linalg.cho_factor(S), rhs)
         except np.linalg.LinAlgError:
@@ -545,23 +552,34 @@ class IDTOSolver:
         for k in range(iters):
             times = {}
             if lin is None:
-                lin = self._cost_rows(pr._linearize(q))
-                times.update(lin.times)
-                cost = 0.5 * float(lin.r @ lin.r)
-                t0 = time.perf_counter()
-                H, g = gauss_newton_system(pr, lin)
-                D = self._scaling(H.diagonal())
-                Hs = H.scaled(D)
-                gs = D * g
+                # an absurd iterate (e.g. a sampled guess) can overflow here: checked below instead
+                # of warned about, and the solve stops with IDTOStatus.NON_FINITE
+                with np.errstate(over="ignore", invalid="ignore"):
+                    lin = self._cost_rows(pr._linearize(q))
+                    times.update(lin.times)
+                    cost = 0.5 * float(lin.r @ lin.r)
+                    t0 = time.perf_counter()
+                    H, g = gauss_newton_system(pr, lin)
+                    D = self._scaling(H.diagonal())
+                    Hs = H.scaled(D)
+                    gs = D * g
                 times["assemble"] = time.perf_counter() - t0
                 t0 = time.perf_counter()
+                if not (math.isfinite(cost) and np.isfinite(gs).all() and np.isfinite(D).all()
+                        and np.isfinite(lin.tau).all()):
+                    status = IDTOStatus.NON_FINITE
+                    break
                 cb = self._factor(Hs)
                 if cb is None:
                     status = IDTOStatus.FACTORIZATION_FAILED
                     break
                 if constrained:
                     hval = pr.unactuated_forces(lin.tau)
-                    lam, gl = self._multipliers(cb, Hs, gs, D, self._constraint_jacobian(lin), hval)
+                    with np.errstate(over="ignore", invalid="ignore"):
+                        lam, gl = self._multipliers(cb, Hs, gs, D, self._constraint_jacobian(lin), hval)
+                    if lam is None:
+                        status = IDTOStatus.NON_FINITE
+                        break
                     lam_norm = float(np.linalg.norm(lam))
                 else:
                     gl = gs
