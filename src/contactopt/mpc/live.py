@@ -32,193 +32,36 @@ Example::
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import mujoco
 import numpy as np
 
 from ..errors import ContactoptError, ParameterError
+from .live_goals import _GoalsMixin
+from .live_helpers import (
+    DRAG_GAIN,
+    DRAG_MAX_SPEED,
+    DRAG_TIME_SCALE,
+    GOAL_LIMIT,
+    PLANT_KEYS,
+    SAFE_RANGES,
+    Change,
+    _clamp,
+    _Ring,
+    drag_impulse,
+    format_toml,
+)
 from .session import DYNAMICS_KEYS, PlannerSession, apply_dynamics
 
 __all__ = ["DRAG_GAIN", "DRAG_MAX_SPEED", "DRAG_TIME_SCALE", "GOAL_LIMIT", "PLANT_KEYS", "SAFE_RANGES", "Change",
            "LiveRun", "drag_impulse", "format_toml"]
 
-#: Drag-to-push: impulse [N·s] = DRAG_GAIN × mass [kg] × drag displacement [m] / DRAG_TIME_SCALE [s],
-#: i.e. a free body's centre of mass would take about ``displacement / DRAG_TIME_SCALE`` [m/s] …
-DRAG_GAIN = 1.0
-#: … [s]: a 0.5 m drag gives a free body about 1 m/s.
-DRAG_TIME_SCALE = 0.5
-#: … and the impulse is clamped to ``mass × DRAG_MAX_SPEED`` [m/s] (a safe maximum).
-DRAG_MAX_SPEED = 5.0
-#: Goal targets [m] are clamped to ``[-GOAL_LIMIT, GOAL_LIMIT]`` on every axis.
-GOAL_LIMIT = 100.0
-
-
-def drag_impulse(mass: float, displacement, *, gain: float = DRAG_GAIN, time_scale: float = DRAG_TIME_SCALE,
-                 max_speed: float = DRAG_MAX_SPEED) -> tuple[np.ndarray, bool]:
-    """The impulse of a drag: ``gain × mass × displacement / time_scale`` [N·s], its length
-    clamped to ``mass × max_speed``.  Returns ``(impulse (3,), clamped)``.
-
-    Raises:
-      ParameterError: a displacement that is not 3 finite numbers, a non-positive mass,
-        gain, time scale or maximum speed.
-    """
-    d = np.asarray(displacement, dtype=float).reshape(-1)
-    if d.shape != (3,) or not np.isfinite(d).all():
-        raise ParameterError(f"drag push: displacement must be 3 finite numbers, got {displacement!r}")
-    for name, v in (("mass", mass), ("gain", gain), ("time_scale", time_scale), ("max_speed", max_speed)):
-        if not (isinstance(v, (int, float, np.floating, np.integer)) and math.isfinite(v) and v > 0):
-            raise ParameterError(f"drag push: {name} must be a positive finite number, got {v!r}")
-    p = float(gain) * float(mass) * d / float(time_scale)
-    cap = float(mass) * float(max_speed)
-    n = float(np.linalg.norm(p))
-    if n > cap:
-        return p * (cap / n), True
-    return p, False
-
-#: The plant's own dynamics parameters: key → (default, meaning); None keeps the model's value.
-PLANT_KEYS: dict[str, tuple] = {
-    "plant.timestep": (None, "plant time step [s] (default: the model's)"),
-    "plant.mass_scale": (1.0, "plant: every body's mass and inertia × this"),
-    "plant.friction_scale": (1.0, "plant: every geom's friction coefficients × this"),
-    "plant.contact_timeconst": (None, "plant contact stiffness: solref time constant [s]"),
-    "plant.contact_dampratio": (None, "plant contact damping: solref damping ratio"),
-}
-
-#: Safe ranges ``(low, high)`` that numeric values are clamped to, by key or key prefix
-#: (a key matches its own entry first, then the longest prefix).  Weights are never negative,
-#: time steps never zero.
-SAFE_RANGES: dict[str, tuple[float, float]] = {
-    "weight.": (0.0, 1e6),
-    "terminal.weight.": (0.0, 1e6),
-    "horizon": (1e-3, 10.0),
-    "timestep": (1e-4, 0.1),
-    "iterations": (1, 100),
-    "initial_iterations": (0, 1000),
-    "derivative_stride": (1, 64),
-    "samples": (0, 4096),
-    "model.": (1e-3, 1e3),
-    "model.mass_scale": (0.05, 20.0),
-    "model.friction_scale": (0.0, 20.0),
-    "plant.": (1e-3, 1e3),
-    "plant.timestep": (1e-4, 0.05),
-    "plant.mass_scale": (0.05, 20.0),
-    "plant.friction_scale": (0.0, 20.0),
-    "slowdown": (0.05, 100.0),
-}
-
-
-def _safe_range(key: str):
-    if key in SAFE_RANGES:
-        return SAFE_RANGES[key]
-    best = None
-    for prefix, rng in SAFE_RANGES.items():
-        if prefix.endswith(".") and key.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
-            best = (prefix, rng)
-    return None if best is None else best[1]
-
-
-def _clamp(key: str, value):
-    """``value`` clamped to the key's safe range when it is a finite number (else unchanged).
-
-    Returns ``(value, clamped)``.
-    """
-    rng = _safe_range(key)
-    if rng is None or isinstance(value, bool):
-        return value, False
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return value, False  # not a number: the checker names the key
-    if not math.isfinite(v):
-        return value, False
-    lo, hi = rng
-    c = min(max(v, lo), hi)
-    if c == v:
-        return value, False
-    if isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("+-").isdigit()):
-        c = round(c)
-    return c, True
-
-
-def _is_point_residual(residual) -> bool:
-    """Whether ``residual`` is a point's world position minus a ``(3,)`` target (a goal;
-    :func:`contactopt.mpc.registry.is_point_residual`)."""
-    from .registry import is_point_residual
-
-    return is_point_residual(residual)
-
-
-@dataclass(frozen=True)
-class Change:
-    """One accepted change: ``wall`` (Unix time [s]), ``sim_time`` (plant time [s]), ``what``
-    (e.g. ``"set weight.qvel = 0.1"``)."""
-
-    wall: float
-    sim_time: float
-    what: str
-
-
-def format_toml(values: dict) -> str:
-    """``values`` (``--set`` key → value) as top-level TOML lines ``"key" = value``.
-
-    Numbers and booleans are written as TOML numbers and booleans, tuples/lists as arrays,
-    everything else as a quoted string; None values are left out.
-    """
-    lines = []
-    for key, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        elif isinstance(value, int):
-            text = str(value)
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                continue
-            text = repr(value)
-        elif isinstance(value, (tuple, list)):
-            text = "[" + ", ".join(repr(float(v)) for v in value) + "]"
-        else:
-            text = '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
-        lines.append(f'"{key}" = {text}')
-    return "\n".join(lines) + "\n"
-
-
-class _Ring:
-    """Bounded columns of floats: ``append(**row)``; ``arrays()`` → dict of ``(n,)`` arrays."""
-
-    def __init__(self, maxlen: int):
-        self.maxlen = maxlen
-        self.cols: dict[str, collections.deque] = {}
-        self.count = 0  # rows ever appended (a client can ask for the rows since a count)
-
-    def append(self, **row) -> None:
-        for k, v in row.items():
-            col = self.cols.get(k)
-            if col is None:
-                col = self.cols[k] = collections.deque([math.nan] * min(self.count, self.maxlen),
-                                                       maxlen=self.maxlen)
-            col.append(float(v))
-        for k, col in self.cols.items():
-            if k not in row:
-                col.append(math.nan)
-        self.count += 1
-
-    def clear(self) -> None:
-        self.cols.clear()
-
-    def arrays(self) -> dict:
-        return {k: np.array(c) for k, c in self.cols.items()}
-
-
-class LiveRun:
+class LiveRun(_GoalsMixin):
     """A task's plant and planner running live, controlled from any thread.
 
     Args:
@@ -444,122 +287,6 @@ class LiveRun:
             if clamped:
                 self._log(f"drag push {body}: impulse clamped to {mass * max_speed:.4g} N s")
             return {"impulse": impulse, "dv": dv, "clamped": clamped}
-
-    # ------------------------------------------------------------------ goals
-
-    def _goal_cost(self, fn):
-        """``fn`` (a task's cost function) with the targets of :meth:`set_goal` put into its
-        point residuals (a copy of each residual moved; the task's own objects are untouched)."""
-        from ..costs import CostTerm
-        from .registry import apply_cost_weights
-
-        def cost(model):
-            terms = fn(model)
-            goals = self._goal_targets
-            if not goals or terms is None:
-                return terms
-            single = isinstance(terms, CostTerm)
-            terms = [terms] if single else list(terms)
-            if not all(isinstance(t, CostTerm) for t in terms):
-                return terms  # Task.cost_terms reports what is wrong
-            out = apply_cost_weights(terms, goals)  # the registry's target.* override, one place
-            return out[0] if single else out
-
-        cost.__name__ = getattr(fn, "__name__", "cost")
-        cost.__doc__ = getattr(fn, "__doc__", None)
-        return cost
-
-    def _build_term_costs(self) -> None:
-        """The plant-side per-term costs (weight 1) for the cost plot, at the current targets."""
-        from ..costs import StageCost
-        from .registry import cost_weight_keys
-
-        terms = self.task.cost_terms(self._cost_model)
-        self._term_keys = cost_weight_keys(terms)
-        self._term_costs = [StageCost(self._cost_model, [dataclasses.replace(t, weight=1.0)]) for t in terms]
-        self._term_uses_u = [t.residual.uses_control for t in terms]
-
-    def _find_goals(self) -> dict:
-        from .registry import cost_weight_keys
-
-        out = {}
-        lists = [self.base_task.cost_terms(self._cost_model),
-                 self.base_task.cost_terms(self._cost_model, terminal=True) or []]
-        for terms in lists:
-            for key, t in zip(cost_weight_keys(terms), terms):
-                r = t.residual
-                gkey = "target." + key[len("weight."):]
-                if gkey in out or not _is_point_residual(r):
-                    continue
-                mask = np.zeros(3, dtype=bool)
-                mask[np.asarray(r.axes, dtype=int)] = True
-                out[gkey] = {"term": t.name, "residual": type(r).__name__, "axes": mask,
-                             "default": np.asarray(r.target, dtype=float).copy()}
-        return out
-
-    def goals(self) -> dict:
-        """The goals the task's cost has, generated from its terms: one per cost term whose residual
-        is a point's world position minus a target (:class:`~contactopt.costs.SitePosition`,
-        :class:`~contactopt.costs.BodyPosition`, :class:`~contactopt.costs.CenterOfMass`; parts of a
-        :class:`~contactopt.costs.Combination` are not goals).  Key ``target.<term name>`` (the
-        weight key with ``target`` for ``weight``) → ``{"term", "residual", "axes" (3,) bool
-        (the axes the residual uses), "default" (3,), "target" (3,) [m, world]}``."""
-        current = self._goal_targets
-        return {k: {**v, "axes": v["axes"].copy(), "default": v["default"].copy(),
-                    "target": current.get(k, v["default"]).copy()} for k, v in self._goal_info.items()}
-
-    def _check_goals(self, changes: dict) -> tuple[dict, list]:
-        """Parse ``target.*`` values (3 numbers, or ``"x, y, z"``); clamp to :data:`GOAL_LIMIT`."""
-        out, clamped = {}, []
-        for key, value in changes.items():
-            if key not in self._goal_info:
-                valid = ", ".join(self._goal_info) or "none: the task's cost has no point-position term"
-                raise ParameterError(f"unknown goal {key!r} (goals: {valid})")
-            if isinstance(value, str):
-                parts = [p for p in value.replace(",", " ").split() if p]
-                try:
-                    value = [float(p) for p in parts]
-                except ValueError:
-                    raise ParameterError(f"{key}: expected 3 numbers x, y, z [m], got {value!r}") from None
-            try:
-                g = np.asarray(value, dtype=float).reshape(-1)
-            except (TypeError, ValueError):
-                raise ParameterError(f"{key}: expected 3 numbers x, y, z [m], got {value!r}") from None
-            if g.shape != (3,) or not np.isfinite(g).all():
-                raise ParameterError(f"{key}: expected 3 finite numbers x, y, z [m], got {value!r}")
-            c = np.clip(g, -GOAL_LIMIT, GOAL_LIMIT)
-            if (c != g).any():
-                clamped.append(key)
-            out[key] = c
-        return out, clamped
-
-    def _apply_goals(self, goals: dict, *, log: bool = True) -> None:
-        """Install checked goals (lock held): the planner rebuilds its cost at its next update."""
-        if not goals:
-            return
-        self._goal_targets = {**self._goal_targets, **{k: v.copy() for k, v in goals.items()}}
-        self.session.set({})  # nothing else changes; the session rebuilds the planner's cost
-        self._build_term_costs()
-        if log:
-            for k, v in goals.items():
-                self._log(f"goal {k} = {np.round(v, 4).tolist()}")
-
-    def set_goal(self, key: str, target) -> np.ndarray:
-        """Move goal ``key`` (see :meth:`goals`) to ``target`` (3,) [m, world axes; only the
-        residual's axes matter].  The planner's cost has the new target from its next update
-        (the session rebuilds the planner, as for any change); the plotted cost at once.
-        Returns the target applied (clamped to ±:data:`GOAL_LIMIT`).
-
-        Raises:
-          ParameterError: an unknown goal (the message lists the task's) or not 3 finite numbers.
-        """
-        goals, _ = self._check_goals({key: target})
-        with self._wake:
-            self._apply_goals(goals)
-            self._sample()
-            self._version += 1
-            self._wake.notify_all()
-        return goals[key].copy()
 
     @property
     def slowdown(self) -> float:
