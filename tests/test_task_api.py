@@ -192,6 +192,70 @@ def test_gdd_feature_asks_for_the_pd_acceleration():
         np.testing.assert_allclose(rddot, -9.0 * r0 - 6.0 * rdot, atol=1e-3)
 
 
+def _acrobot_gdd_state():
+    from contactopt.solvers.gdd import GDDProblem
+    from contactopt.solvers.gdd.problem import ActuationModel
+
+    m = contactopt.load_model("acrobot")
+    d = mujoco.MjData(m)
+    d.qpos[:] = [0.3, -0.2]
+    d.qvel[:] = [0.5, 1.0]
+    mujoco.mj_forward(m, d)
+    return m, d, GDDProblem(m, d, ActuationModel(m))
+
+
+def test_gdd_feature_of_a_non_quadratic_norm_asks_the_pd_law_of_its_least_squares_residual():
+    """With a smooth-abs norm the feature's rows are ``√w (P r̈ + k_p ρ + k_d P ṙ)`` (``ρ, P`` the
+    norm's least-squares residual and its Jacobian at ``r``), checked against finite-difference
+    ``ṙ, r̈`` along ``q ⊕ (s v + ½ s² a)`` for an arbitrary ``a``; a one-sided bound on its
+    allowed side asks nothing."""
+    from contactopt.solvers.gdd.features import ResidualFeature
+
+    m, d, problem = _acrobot_gdd_state()
+    site = SitePosition(m, m.site(0).name, [0.0, 0.0, 3.0])
+    norm = SmoothAbs(0.2)
+    tm = ResidualFeature(CostTerm(site, norm, weight=2.0), bandwidth=3.0).model(problem)
+    h = 1e-4
+    for a in (np.array([1.5, -2.0]), np.array([-0.3, 4.0])):
+        def r_at(s):
+            dd = mujoco.MjData(m)
+            dd.qpos[:] = d.qpos
+            mujoco.mj_integratePos(m, dd.qpos, d.qvel * s + 0.5 * a * s * s, 1.0)
+            return site(np.concatenate([dd.qpos, d.qvel]))
+
+        r0 = r_at(0.0)
+        rdot = (r_at(h) - r_at(-h)) / (2 * h)
+        rddot = (r_at(h) - 2 * r0 + r_at(-h)) / h ** 2
+        rho, P = norm.least_squares(r0)
+        law = P @ rddot + 9.0 * rho + 6.0 * (P @ rdot)
+        np.testing.assert_allclose(tm.Ka @ a + tm.e, np.sqrt(2.0) * law, rtol=1e-4, atol=1e-3)
+    # the quadratic feature differs (ρ ≠ r): the norm is used, not ignored
+    tq = ResidualFeature(CostTerm(site, weight=2.0), bandwidth=3.0).model(problem)
+    assert not np.allclose(tq.e, tm.e)
+    # a one-sided bound that holds (tip height above -10 m) contributes nothing
+    height = SitePosition(m, m.site(0).name, [0.0, 0.0, -10.0], axes="z")
+    quiet = ResidualFeature(CostTerm(height, OneSidedQuadratic(), weight=5.0), bandwidth=3.0).model(problem)
+    assert not np.any(quiet.Ka) and not np.any(quiet.e)
+
+
+def test_gdd_control_feature_of_a_cosh_norm_is_exact_at_the_last_control():
+    """A Cosh control term is linearized at ``data.ctrl`` (the control last applied): at an
+    acceleration whose inverse-dynamics control is that one its row is ``ρ(u − u*)``, and a
+    control ``δ`` away it moves by ``P δ``."""
+    from contactopt.solvers.gdd.features import ControlFeature
+
+    m, d, problem = _acrobot_gdd_state()
+    d.ctrl[:] = [0.7]
+    norm = Cosh(0.5)
+    cosh = ControlFeature(CostTerm(Control(m, [0.1]), norm, weight=1.0)).model(problem)
+    quad = ControlFeature(CostTerm(Control(m, [0.1]), weight=1.0)).model(problem)  # rows u(a) − u*
+    rho, P = norm.least_squares(np.array([0.6]))
+    for delta in (0.0, 0.05):
+        a = np.linalg.lstsq(quad.Ka, np.array([0.6 + delta]) - quad.e, rcond=None)[0]
+        np.testing.assert_allclose(quad.Ka @ a + quad.e, [0.6 + delta], atol=1e-9)
+        np.testing.assert_allclose(cosh.Ka @ a + cosh.e, rho + P @ [delta], atol=1e-9)
+
+
 # --------------------------------------------------------------------------- Task and registry
 
 

@@ -54,6 +54,9 @@ class GDDPlanner:
         if m.na:
             d.act[:] = x[m.nq + m.nv:]
         d.time = float(t)
+        # the control last applied (MuJoCo's meaning of data.ctrl): a non-quadratic Control term's
+        # Gauss-Newton form is linearized there (contactopt.solvers.gdd.features)
+        d.ctrl[:] = 0.0 if self.result is None else self.result.ctrl
         try:
             res = self.solver.solve(d, self.cost)
         except (ContactoptError, FloatingPointError, np.linalg.LinAlgError) as exc:

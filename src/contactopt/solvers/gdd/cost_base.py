@@ -233,7 +233,7 @@ class CostArrays:
             wm = w * sl.mask
             return TermModel(Q=np.diag(wm), q=-wm * sl.target, c0=0.5 * float(wm @ sl.target ** 2))
         sw = math.sqrt(w)
-        Kf = sw * sl.Kf.copy() if kind == "force_rows" else None
+        Kf = sw * sl.Kf.copy() if kind == "force_rows" and sl.Kf is not None else None
         return TermModel(Ka=sw * sl.Ka.copy(), Kf=Kf, e=sw * sl.e.copy())
 
 

@@ -9,15 +9,28 @@ follow a PD law, and the term is the weighted squared miss::
     position level (∂r/∂v = 0):  ℓ(a) = (w/2) ‖J_q a + J̇_q v + k_p r + k_d J_q v‖²_N
     velocity level (∂r/∂v ≠ 0):  ℓ(a) = (w/2) ‖J_v a + J_q v + k_v r‖²_N
 
-with ``J_q = ∂r/∂q`` (tangent space), ``J_v = ∂r/∂v``, ``J̇_q v = d²r(q ⊕ s v)/ds²`` (a
-central second difference along the velocity), and ``‖·‖²_N`` the term's norm
-(:class:`~contactopt.costs.Quadratic` only: a feature is a Gauss-Newton quadratic in ``a``).
-Gains: ``k_p = ω²``, ``k_d = 2ω`` (critical damping), ``k_v = ω``, with ``ω`` [1/s] the
-planner's ``bandwidth``.
+with ``J_q = ∂r/∂q`` (tangent space), ``J_v = ∂r/∂v`` and ``J̇_q v = d²r(q ⊕ s v)/ds²`` (a
+central second difference along the velocity).  Gains: ``k_p = ω²``, ``k_d = 2ω`` (critical
+damping), ``k_v = ω``, with ``ω`` [1/s] the planner's ``bandwidth``.
+
+A non-quadratic norm ``n`` (smooth-abs, cosh, L2, one-sided) enters in its Gauss-Newton form,
+as in the other planners: its least-squares residual ``ρ(r)`` (``½‖ρ‖² = n(r)``,
+:meth:`~contactopt.costs.Norm.least_squares`) with ``P = ∂ρ/∂r`` at the current state is the
+quantity that follows the PD law, its derivatives taken through ``P`` (``ρ̇ = P ṙ``,
+``ρ̈ ≈ P r̈``)::
+
+    position level:  ℓ(a) = (w/2) ‖P (J_q a + J̇_q v) + k_p ρ + k_d P J_q v‖²
+    velocity level:  ℓ(a) = (w/2) ‖P (J_v a + J_q v) + k_v ρ‖²
+
+For :class:`~contactopt.costs.Quadratic` ``ρ = r``, ``P = I`` (the plain feature); a one-sided
+bound on its allowed side has ``ρ = 0``, ``P = 0`` and asks nothing; a smooth-abs term far from
+its target pulls with a bounded ``ρ`` (``|ρ| ≈ √(2|r|)``) instead of one that grows with ``r``.
 
 A :class:`~contactopt.costs.Control` residual ``u − u*`` is exact at the acceleration level:
 the controls are affine in the inverse dynamics ``g(a) = M a + c − Jᵀ f(a)``, ``u = G⁺ g``,
-so its rows are ``G⁺M a − G⁺Jᵀ f(a) + G⁺c − u*`` (:class:`ControlFeature`).  A user residual
+so its rows are ``G⁺M a − G⁺Jᵀ f(a) + G⁺c − u*`` (:class:`ControlFeature`); with a non-quadratic
+norm, ``ρ`` is linearized at the control last applied (``data.ctrl``):
+``ρ(r) ≈ ρ(r₀) + P (r − r₀)``.  A user residual
 that reads the control cannot be written over accelerations: :func:`acceleration_terms`
 refuses it, before any run starts.
 
@@ -44,10 +57,11 @@ __all__ = ["ControlFeature", "ResidualFeature", "acceleration_terms"]
 
 
 class ResidualFeature(AccelerationTerm):
-    """A shared :class:`~contactopt.costs.CostTerm` ``w·½‖r(q, v)‖²`` as an acceleration feature.
+    """A shared :class:`~contactopt.costs.CostTerm` ``w·n(r(q, v))`` as an acceleration feature.
 
     Args:
-      term: the shared term (quadratic norm; its residual must not read the control).
+      term: the shared term (any norm with a least-squares form; its residual must not read
+        the control).
       bandwidth: ``ω`` [1/s] of the PD law (module docstring).
       step: second-difference step [s] along the velocity for ``J̇_q v``.
     """
@@ -58,9 +72,7 @@ class ResidualFeature(AccelerationTerm):
         res = term.residual
         if res.uses_control:
             raise ParameterError(f"cost term {term.name}: a residual of the control has no acceleration feature")
-        if type(term.norm) is not Quadratic:
-            raise ParameterError(f"cost term {term.name}: goal-directed dynamics takes quadratic terms only "
-                                 f"(this one has a {type(term.norm).__name__} norm)")
+        _check_least_squares(term)
         self.term = term
         self.residual = res
         self.rows = res.size
@@ -88,9 +100,10 @@ class ResidualFeature(AccelerationTerm):
         Jq = np.zeros((self.rows, nv)) if jx is None else jx[:, :nv]
         Jv = np.zeros((self.rows, nv)) if jx is None else jx[:, nv:2 * nv]
         w = self.omega
+        rho, P = _gauss_newton_norm(self.term.norm, r)
         if np.any(Jv):
-            out.Ka[:] = Jv
-            out.e[:] = Jq @ v + w * r
+            out.Ka[:] = Jv if P is None else P @ Jv
+            out.e[:] = (Jq @ v if P is None else P @ (Jq @ v)) + w * rho
             return
         # J̇_q v = d²/ds² r(q ⊕ s v) at s = 0, central second difference
         s = self.step
@@ -100,20 +113,26 @@ class ResidualFeature(AccelerationTerm):
         rp = self._eval(qp, v, False)[0]
         rm = self._eval(qm, v, False)[0]
         jdot_v = (rp - 2.0 * r + rm) / (s * s)
-        out.Ka[:] = Jq
-        out.e[:] = jdot_v + w * w * r + 2.0 * w * (Jq @ v)
+        if P is None:
+            out.Ka[:] = Jq
+            out.e[:] = jdot_v + w * w * r + 2.0 * w * (Jq @ v)
+        else:
+            out.Ka[:] = P @ Jq
+            out.e[:] = P @ (jdot_v + 2.0 * w * (Jq @ v)) + w * w * rho
 
 
 class ControlFeature(AccelerationTerm):
-    """``(w/2)‖u(a) − u*‖²`` of a shared :class:`~contactopt.costs.Control` term, with the controls
-    ``u(a) = G⁺ g(a) = G⁺(M a + c − Jᵀ f(a))`` of the goal-directed inverse dynamics."""
+    """``w·n(u(a) − u*)`` of a shared :class:`~contactopt.costs.Control` term, with the controls
+    ``u(a) = G⁺ g(a) = G⁺(M a + c − Jᵀ f(a))`` of the goal-directed inverse dynamics; a
+    non-quadratic norm is linearized at the control last applied (module docstring)."""
 
     kind = "force_rows"
 
     def __init__(self, term: CostTerm):
         res = term.residual
-        if not isinstance(res, Control) or type(term.norm) is not Quadratic:
-            raise ParameterError(f"cost term {term.name}: ControlFeature needs a quadratic Control term")
+        if not isinstance(res, Control):
+            raise ParameterError(f"cost term {term.name}: ControlFeature needs a Control term")
+        _check_least_squares(term)
         self.term = term
         self.rows = res.size
         self._P = np.linalg.pinv(actuation_map(res.model).control_gain)[res.actuators]  # (k, nv)
@@ -122,10 +141,37 @@ class ControlFeature(AccelerationTerm):
 
     def fill(self, problem: GDDProblem, out) -> None:
         P = self._P
+        norm = self.term.norm
+        if type(norm) is not Quadratic:  # ρ(r) ≈ ρ(r₀) + D (r − r₀) at the last applied control
+            r0 = problem.data.ctrl[self.term.residual.actuators] - self._target
+            rho0, D = _gauss_newton_norm(norm, r0)
+            P = D @ P
+            offset = rho0 - D @ r0 - D @ self._target
+        else:
+            offset = -self._target
         out.Ka[:] = P @ problem.M
         if problem.nefc:
             out.Kf[:] = -(P @ problem.J.T)
-        out.e[:] = P @ problem.c - self._target
+        out.e[:] = P @ problem.c + offset
+
+
+def _check_least_squares(term: CostTerm) -> None:
+    """Refuse (before any run) a term whose norm has no least-squares form."""
+    if type(term.norm) is Quadratic:
+        return
+    try:
+        term.norm.least_squares(np.zeros(max(term.residual.size, 1)))
+    except ParameterError as exc:
+        raise ParameterError(f"cost term {term.name}: goal-directed dynamics needs the norm's "
+                             f"Gauss-Newton form: {exc}") from None
+
+
+def _gauss_newton_norm(norm, r):
+    """``(ρ, P)`` of ``norm`` at ``r`` (module docstring); ``(r, None)`` for the quadratic norm."""
+    if type(norm) is Quadratic:
+        return r, None
+    rho, P = norm.least_squares(r)
+    return np.asarray(rho, dtype=float), np.asarray(P, dtype=float)
 
 
 def acceleration_terms(terms, *, bandwidth: float) -> list:
