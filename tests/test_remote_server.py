@@ -395,10 +395,19 @@ def test_remote_planner_survives_a_server_restart(task):
         srv.stop()
 
 
-def test_a_failing_planner_is_reported_at_once(server):
-    ch, stub = _stub(server)
+def test_a_failing_planner_is_reported_at_once():
+    import contactopt
+    from contactopt.costs import CostTerm, Qpos
+
+    # goal-directed dynamics refuses to swing the acrobot up to a configuration target (its
+    # elbow cannot hold the arm part way up), when the session's planner is built
+    upright = contactopt.Task(name="acrobot", model="acrobot",
+                              cost=lambda m: [CostTerm(Qpos(m, [np.pi, 0.0]))])
+    srv = PolicyServer(upright, planner="ilqg", port=0, token=TOKEN, max_sessions=1, idle_timeout=120.0)
+    srv.start()
+    ch, stub = _stub(srv)
     with ch:
-        sid = _open(stub, planner="gdd").session_id  # gdd refuses the acrobot's cost when it is built
+        sid = _open(stub, planner="gdd").session_id
         req = pb().StepRequest(session_id=sid, wait_s=10.0, min_planned_from=0.0)
         encode_state(req.state, 0.0, [0.1, 0.0], [0.0, 0.0])
         start = time.time()
@@ -410,3 +419,4 @@ def test_a_failing_planner_is_reported_at_once(server):
         code, text = _code(lambda: stub.Reset(reset, metadata=MD, timeout=20))
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "cannot run task acrobot" in text
         stub.CloseSession(pb().SessionRequest(session_id=sid), metadata=MD, timeout=5)
+    srv.stop()
