@@ -29,7 +29,7 @@ from contactopt.bench.soak_bench import SOAKS, RssSampler, rss_bytes
 MINUTES = os.environ.get("CONTACTOPT_SOAK_MINUTES")
 
 ROW_KEYS = {"soak", "planner", "task", "simulated_s", "wall_s", "success", "rss_start_mb", "rss_end_mb",
-            "rss_growth", "load"}
+            "rss_growth", "rss_growth_raw", "recorded_mb", "load"}
 
 
 def test_bench_soak_json_schema(capsys):
@@ -44,7 +44,9 @@ def test_bench_soak_json_schema(capsys):
     assert row["simulated_s"] == pytest.approx(6.0, abs=0.01)
     assert row["wall_s"] > 0 and isinstance(row["success"], bool)
     assert 0 < row["rss_start_mb"] and 0 < row["rss_end_mb"] and len(row["rss_samples_mb"]) >= 2
-    assert isinstance(row["rss_growth"], float)
+    assert isinstance(row["rss_growth"], float) and isinstance(row["rss_growth_raw"], float)
+    # 6 s recorded every 10 ms (t, qpos 2, qvel 2, ctrl 1, metric) plus the update log
+    assert 600 * 7 * 8 / 1e6 <= row["recorded_mb"] < 1.0
 
 
 def test_bench_soak_rejects_unknown_soak():
@@ -59,6 +61,25 @@ def test_rss_sampler_growth():
     assert rss_bytes() > 0 and s.samples[0][1] > 0
     s.samples = [(float(k), 100 if k < 8 else 110) for k in range(16)]
     assert s.growth() == pytest.approx(0.10)
+    # a run that records 2 bytes per second on purpose and leaks nothing: raw growth, net 0
+    s.samples = [(float(k), 1000.0 + 2.0 * k) for k in range(17)]
+    assert s.growth() > 0.01
+    assert s.growth(recorded_bytes=32.0) == pytest.approx(0.0, abs=1e-12)
+    # the same recording plus a 5 % step: the step is what remains
+    s.samples = [(float(k), 1000.0 + 2.0 * k + (50.0 if k >= 9 else 0.0)) for k in range(17)]
+    assert s.growth(recorded_bytes=32.0) == pytest.approx(0.05)
+
+
+def test_mpc_result_counts_its_recording():
+    import numpy as np
+
+    from contactopt.mpc.runner import MPCResult, UpdateLog, UpdateRecord
+
+    log = UpdateLog([UpdateRecord(0.0, 0.01, 0.001, 1.0, 1, True, {}, "ok")])
+    res = MPCResult(np.zeros(10), np.zeros((10, 3)), np.zeros((10, 2)), np.zeros((10, 1)), np.zeros(10),
+                    False, None, log, 1.0, 0.1, 0, "sync", 1.0)
+    assert res.recorded_bytes() == 8 * (10 + 30 + 20 + 10 + 10) + log.nbytes
+    assert log.nbytes >= 8 * len(UpdateLog._COLS) + 8
 
 
 def test_update_log_is_compact_and_gives_back_the_records():

@@ -244,6 +244,11 @@ class UpdateLog(Sequence):
     def __len__(self) -> int:
         return self._n
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the log: its float64 columns (capacity included) and one reference per message."""
+        return int(self._a.nbytes) + 8 * len(self._messages)
+
     def __getitem__(self, i):
         if isinstance(i, slice):
             return UpdateLog(self[j] for j in range(*i.indices(self._n)))
@@ -310,6 +315,15 @@ class MPCResult:
     def failed_updates(self) -> int:
         """Updates that did not produce a policy."""
         return sum(not u.ok for u in self.updates)
+
+    def recorded_bytes(self) -> int:
+        """Bytes of what the run recorded on purpose: the plant arrays (time, qpos, qvel, ctrl, metric,
+        mocap poses) and the update log; it grows linearly with the run's length (a long run's
+        memory is bounded by what it records, see :class:`UpdateLog` and the plant's chunks)."""
+        arrays = (self.time, self.qpos, self.qvel, self.ctrl, self.metric, self.mocap_pos, self.mocap_quat)
+        total = sum(int(a.nbytes) for a in arrays if isinstance(a, np.ndarray))
+        updates = self.updates
+        return total + (updates.nbytes if isinstance(updates, UpdateLog) else 0)
 
     def iteration_ms(self) -> np.ndarray:
         """Wall milliseconds per update (``(n_updates,)``)."""
