@@ -256,6 +256,21 @@ def test_gdd_control_feature_of_a_cosh_norm_is_exact_at_the_last_control():
         np.testing.assert_allclose(cosh.Ka @ a + cosh.e, rho + P @ [delta], atol=1e-9)
 
 
+def test_gdd_static_check_treats_a_planar_base_as_floating():
+    """The hopper's root is two unactuated slides and a hinge: the ground carries its weight, so
+    goal-directed dynamics checks only its actuators (it refused "75.7 on an unactuated
+    direction" — the robot's weight — before); a cart-pole's pole is still refused."""
+    from contactopt.solvers.gdd.features import quasi_static_path_check
+    from contactopt.tasks import load_task
+
+    task = load_task("hopper-hop").task()
+    planner = registry.make("gdd", task)
+    planner.close()
+    pole = contactopt.load_model(str(EXAMPLE.parent / "cartpole" / "cartpole.xml"))
+    why = quasi_static_path_check(pole, pole.qpos0.copy(), [CostTerm(Qpos(pole, [0.0, 1.0]))])
+    assert why is not None and "unactuated direction" in why
+
+
 # --------------------------------------------------------------------------- Task and registry
 
 

@@ -200,7 +200,8 @@ def quasi_static_path_check(model: mujoco.MjModel, q0, terms, *, points: int = 2
     (gravity, springs and the soft contacts at that pose included).  The path is refused when
     the actuators cannot give ``τ``: an actuator force ``B⁺τ`` beyond its force range, or — on a
     model without a free joint, where nothing else can push — a force on an unactuated
-    direction (``Zᵀτ ≠ 0``).  Models with a free joint are checked on their actuators only.
+    direction (``Zᵀτ ≠ 0``).  Models with a floating base — a free joint, or an unactuated slide
+    joint as planar robots have — are checked on their actuators only (contact can carry them).
 
     Returns:
       a one-sentence reason, or None when every path can be held.
@@ -210,7 +211,13 @@ def quasi_static_path_check(model: mujoco.MjModel, q0, terms, *, points: int = 2
     amap = actuation_map(model, q0)
     B_pinv = np.linalg.pinv(amap.B) if amap.B.shape[1] else np.zeros((0, model.nv))
     lo, hi = actuator_force_ranges(model)
-    floating = bool(np.any(model.jnt_type == int(mujoco.mjtJoint.mjJNT_FREE)))
+    # a floating base: a free joint, or (planar robots: hopper, walker) an unactuated slide joint;
+    # the ground can carry its weight, so only the actuators are checked
+    Z = amap.unactuated_basis
+    slides = [int(model.jnt_dofadr[j]) for j in range(model.njnt)
+              if model.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_SLIDE)]
+    floating = bool(np.any(model.jnt_type == int(mujoco.mjtJoint.mjJNT_FREE))
+                    or (Z.shape[1] and slides and np.abs(Z[slides]).max() > 1e-9))
     d = mujoco.MjData(model)
     for t in terms:
         res = t.residual
