@@ -256,6 +256,25 @@ def test_gdd_control_feature_of_a_cosh_norm_is_exact_at_the_last_control():
         np.testing.assert_allclose(cosh.Ka @ a + cosh.e, rho + P @ [delta], atol=1e-9)
 
 
+def test_gdd_refuses_a_norm_without_a_least_squares_form_in_one_line():
+    from contactopt.costs import Norm
+
+    class Quartic(Norm):  # a user's norm: value and gradient only
+        def value(self, r):
+            return 0.25 * np.sum(np.asarray(r) ** 4, axis=-1)
+
+        def gradient(self, r):
+            return np.asarray(r) ** 3
+
+    task = contactopt.Task(name="x", model="acrobot",
+                           cost=lambda m: [CostTerm(Qvel(m, name="v4"), Quartic(), 1.0)])
+    with pytest.raises(ParameterError) as err:
+        registry.make("gdd", task)
+    msg = str(err.value)
+    assert "\n" not in msg and "planner 'gdd' cannot run task x" in msg and "v4" in msg
+    assert "least-squares form" in msg
+
+
 def test_gdd_static_check_treats_a_planar_base_as_floating():
     """The hopper's root is two unactuated slides and a hinge: the ground carries its weight, so
     goal-directed dynamics checks only its actuators (it refused "75.7 on an unactuated
