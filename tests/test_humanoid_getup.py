@@ -6,6 +6,8 @@ import pytest
 
 from contactopt import ParameterError
 from contactopt.tasks import humanoid_getup as hg
+from contactopt.tasks import humanoid_push as hp
+from contactopt.tasks import humanoid_states as hs
 from contactopt.testing import check_derivatives
 
 
@@ -28,7 +30,7 @@ def test_models_differ_as_planned(plant, planner):
 
 def test_cost_derivatives_finite_and_match_differences(plant, planner):
     cost = hg.getup_cost(planner)
-    qpos, qvel = hg.sample_lying_state(plant, 3)
+    qpos, qvel = hs.sample_lying_state(plant, 3)
     rng = np.random.default_rng(0)
     T = 4
     X = np.tile(np.concatenate([qpos, qvel]), (T + 1, 1))
@@ -66,7 +68,7 @@ def test_cost_rejects_unknown_weight(planner):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sampled_states_lie_settled_without_penetration(plant, seed):
-    qpos, qvel = hg.sample_lying_state(plant, seed)
+    qpos, qvel = hs.sample_lying_state(plant, seed)
     assert qpos.shape == (plant.nq,) and qvel.shape == (plant.nv,)
     assert np.isfinite(qpos).all() and np.isfinite(qvel).all()
     assert np.abs(qvel).max() < 0.3                       # at rest
@@ -74,7 +76,7 @@ def test_sampled_states_lie_settled_without_penetration(plant, seed):
     d.qpos[:] = qpos
     d.qvel[:] = qvel
     mujoco.mj_forward(plant, d)
-    m = hg.standing_metrics(plant, d)
+    m = hs.standing_metrics(plant, d)
     assert m["head_height"] < 0.5 and m["torso_height"] < 0.5   # lying
     assert d.subtree_com[0][2] < 0.35
     assert d.ncon > 0                                            # on the floor
@@ -84,30 +86,30 @@ def test_sampled_states_lie_settled_without_penetration(plant, seed):
         q = qpos[plant.jnt_qposadr[j]]
         lo, hi = plant.jnt_range[j]
         assert lo - 0.05 <= q <= hi + 0.05
-    assert not hg.is_standing(plant, d)
+    assert not hs.is_standing(plant, d)
 
 
 def test_sampler_is_reproducible_and_varied(plant):
-    a = hg.sample_lying_state(plant, 7)[0]
-    b = hg.sample_lying_state(plant, np.random.default_rng(7))[0]
-    c = hg.sample_lying_state(plant, 8)[0]
+    a = hs.sample_lying_state(plant, 7)[0]
+    b = hs.sample_lying_state(plant, np.random.default_rng(7))[0]
+    c = hs.sample_lying_state(plant, 8)[0]
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c)
     with pytest.raises(ParameterError):
-        hg.sample_lying_state(plant, 0, side="upside-down")
+        hs.sample_lying_state(plant, 0, side="upside-down")
 
 
 def test_is_standing_home_but_not_lying(plant):
     d = mujoco.MjData(plant)
     mujoco.mj_resetDataKeyframe(plant, d, plant.key("home").id)
     mujoco.mj_forward(plant, d)
-    assert hg.is_standing(plant, d)
+    assert hs.is_standing(plant, d)
     d.qvel[0] = 1.5                                             # sliding fast: not standing still
     mujoco.mj_forward(plant, d)
-    assert not hg.is_standing(plant, d)
+    assert not hs.is_standing(plant, d)
     mujoco.mj_resetDataKeyframe(plant, d, plant.key("lying").id)
     mujoco.mj_forward(plant, d)
-    assert not hg.is_standing(plant, d)
+    assert not hs.is_standing(plant, d)
     assert hg.SUCCESS_HOLD_S > 0
 
 
@@ -119,12 +121,12 @@ def test_kneeling_upright_is_not_standing(plant):
         q[plant.joint(f"{side}_knee").qposadr[0]] = 1.57          # shins flat on the floor
     q[2] -= 0.38
     mujoco.mj_forward(plant, d)
-    assert not hg.is_standing(plant, d)
+    assert not hs.is_standing(plant, d)
 
 
 def test_make_planner_one_iteration(plant):
     dyn, cost, solver = hg.make_planner(nthread=1)
-    qpos, qvel = hg.sample_lying_state(plant, 0)
+    qpos, qvel = hs.sample_lying_state(plant, 0)
     T = hg.PLANNER_DEFAULTS["horizon_steps"]
     res = solver.solve(np.concatenate([qpos, qvel]), np.zeros((T, plant.nu)), max_iterations=1)
     assert res.ok and res.U.shape == (T, plant.nu) and np.isfinite(res.K).all()
@@ -135,26 +137,26 @@ def test_make_planner_one_iteration(plant):
 
 
 def test_push_is_seeded_horizontal_with_the_stated_impulse():
-    a = hg.push_recovery_pushes(np.random.default_rng(3))
-    b = hg.push_recovery_pushes(np.random.default_rng(3))
-    c = hg.push_recovery_pushes(np.random.default_rng(4))
+    a = hp.push_recovery_pushes(np.random.default_rng(3))
+    b = hp.push_recovery_pushes(np.random.default_rng(3))
+    c = hp.push_recovery_pushes(np.random.default_rng(4))
     assert a == b and a != c and len(a) == 1
     p = a[0]
-    assert p.body == "torso" and p.time == hg.PUSH_TIME and p.force[2] == 0.0
-    assert np.linalg.norm(p.force) * p.duration == pytest.approx(hg.PUSH_IMPULSE)
+    assert p.body == "torso" and p.time == hp.PUSH_TIME and p.force[2] == 0.0
+    assert np.linalg.norm(p.force) * p.duration == pytest.approx(hp.PUSH_IMPULSE)
 
 
 def test_fallen_and_recovered_tests(plant):
     d = mujoco.MjData(plant)
-    hg.HUMANOID_PUSH.initial_state(plant, d, np.random.default_rng(0))
-    assert not hg.has_fallen(plant, d)
-    assert hg.is_standing(plant, d) and not hg.recovered(plant, d)  # standing, but before the push
-    d.time = hg.PUSH_TIME + hg.PUSH_DURATION + hg.PUSH_SETTLE_S
-    assert hg.recovered(plant, d)
-    qpos, _ = hg.sample_lying_state(plant, 0)
+    hp.HUMANOID_PUSH.initial_state(plant, d, np.random.default_rng(0))
+    assert not hp.has_fallen(plant, d)
+    assert hs.is_standing(plant, d) and not hp.recovered(plant, d)  # standing, but before the push
+    d.time = hp.PUSH_TIME + hp.PUSH_DURATION + hp.PUSH_SETTLE_S
+    assert hp.recovered(plant, d)
+    qpos, _ = hs.sample_lying_state(plant, 0)
     d.qpos[:] = qpos
     mujoco.mj_forward(plant, d)
-    assert hg.has_fallen(plant, d) and not hg.recovered(plant, d)
+    assert hp.has_fallen(plant, d) and not hp.recovered(plant, d)
 
 
 @pytest.mark.slow
@@ -165,8 +167,8 @@ def test_humanoid_recovers_from_a_forward_push():
     from contactopt.mpc import Push
     from contactopt.tasks.mpc_task import run_ilqg_task
 
-    push = Push(hg.PUSH_TIME, 0.1, "torso", (hg.PUSH_IMPULSE / 0.1, 0.0, 0.0))
-    result, plant = run_ilqg_task(hg.HUMANOID_PUSH, seed=0, lag=0.03, pushes=(push,), seconds=3.5,
+    push = Push(hp.PUSH_TIME, 0.1, "torso", (hp.PUSH_IMPULSE / 0.1, 0.0, 0.0))
+    result, plant = run_ilqg_task(hp.HUMANOID_PUSH, seed=0, lag=0.03, pushes=(push,), seconds=3.5,
                                   stop_on_success=True)
     assert result.time_of_failure is None, result.summary()
     assert result.success, result.summary()

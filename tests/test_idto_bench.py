@@ -16,7 +16,7 @@ from contactopt.errors import ContactoptError, ParameterError
 from contactopt.model import load_model
 from contactopt.solvers.idto import IDTOProblem
 from contactopt.tasks.acrobot import ACROBOT_IDTO as ACROBOT
-from contactopt.tasks.idto_tasks import SPINNER
+from contactopt.tasks.spinner import SPINNER
 from contactopt.testing import finite_difference_jacobian
 
 ROW_KEYS = {"task": str, "nv": int, "steps": int, "iteration_ms": float, "derivatives_ms": float,

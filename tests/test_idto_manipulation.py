@@ -11,8 +11,11 @@ from contactopt.errors import ParameterError, ShapeError
 from contactopt.model import load_model
 from contactopt.tasks import load_task
 from contactopt import rotations as rot
-from contactopt.tasks import idto_manipulation as im
-from contactopt.tasks.idto_tasks import build_idto_planner
+from contactopt import nominal as nom
+from contactopt.tasks import bimanual_box as bb
+from contactopt.tasks import bimanual_box_nominal as bn
+from contactopt.tasks import hand_ball as hb
+from contactopt.tasks.idto_task import build_idto_planner
 
 
 def _random_quat(rng):
@@ -93,7 +96,7 @@ def test_tasks_registered_with_idto():
 
 
 def test_hand_ball_planner_follows_the_paper_settings_with_the_documented_changes():
-    pl = build_idto_planner(im.HAND_BALL)
+    pl = build_idto_planner(hb.HAND_BALL)
     pr = pl.problem
     assert (pr.T, pr.h, pr.nq, pr.nv) == (40, 0.05, 23, 22)
     assert pl.solver.options.underactuation == "constrained"
@@ -101,37 +104,37 @@ def test_hand_ball_planner_follows_the_paper_settings_with_the_documented_change
     assert (p.stiffness, p.smoothing, p.friction, p.stiction_velocity) == (100.0, 0.001, 1.0, 0.1)
     # Table II except the ball's position weight and the hand's running velocity weight (module
     # docstring); the free joint's dofs are 3 translations, then 3 rotations
-    w = im.HAND_BALL_POS_WEIGHT
+    w = hb.HAND_BALL_POS_WEIGHT
     np.testing.assert_allclose(pr.Qq, [0.01] * 16 + [w] * 3 + [10.0] * 3)
     np.testing.assert_allclose(pr.Qf_q, [1.0] * 16 + [10 * w] * 3 + [100.0] * 3)
-    np.testing.assert_allclose(pr.Qv, [im.HAND_BALL_HAND_VEL_WEIGHT] * 16 + [1.0] * 6)
+    np.testing.assert_allclose(pr.Qv, [hb.HAND_BALL_HAND_VEL_WEIGHT] * 16 + [1.0] * 6)
     assert w > 100.0  # the plans let the ball roll off the palm at Table II's 10 / 100
-    assert pl.iterations_per_update == im.HAND_BALL.iterations_per_update == 4
+    assert pl.iterations_per_update == hb.HAND_BALL.iterations_per_update == 4
     assert pr.Z.shape == (22, 6)  # the ball's six unactuated dofs
 
 
 def test_hand_ball_nominal_turns_the_ball_about_the_axis_in_the_holding_pose():
     m = load_model("hand")
     T, h = 40, 0.05
-    nominal = im._hand_ball_nominal(m, T, h)
+    nominal = hb._hand_ball_nominal(m, T, h)
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
     x = np.concatenate([d.qpos, d.qvel])
     q, v = nominal(0.0, x)
     assert q.shape == (T + 1, 23) and v.shape == (T + 1, 22)
-    qa, da = im._free_joint(m, "ball")
+    qa, da = nom.free_joint(m, "ball")
     np.testing.assert_allclose(q[:, :16], np.tile(m.key_qpos[0, :16], (T + 1, 1)))  # hand holds still
     # the ball stays at home, lowered to where the planner's compliant palm carries its weight
-    rest = m.key_qpos[0, qa:qa + 3] - [0, 0, im.planner_rest_offset(0.05 * 9.81, 100.0, 0.001)]
+    rest = m.key_qpos[0, qa:qa + 3] - [0, 0, nom.planner_rest_offset(0.05 * 9.81, 100.0, 0.001)]
     np.testing.assert_allclose(q[:, qa:qa + 3], np.tile(rest, (T + 1, 1)))
-    target = im.hand_ball_target()
+    target = hb.hand_ball_target()
     for k in range(T + 1):
-        turned = min(im.HAND_BALL_SPIN * k * h, math.pi)
+        turned = min(hb.HAND_BALL_SPIN * k * h, math.pi)
         quat = q[k, qa + 3:qa + 7]
         assert rot.orientation_error(q[0, qa + 3:qa + 7], quat) == pytest.approx(turned, abs=1e-9)
         assert rot.orientation_error(quat, target) == pytest.approx(math.pi - turned, abs=1e-9)
     # finite-difference angular velocity: the spin rate about the axis (body = world frame at k = 0..)
-    np.testing.assert_allclose(v[1, da + 3:da + 6], im.HAND_BALL_SPIN * im.HAND_BALL_AXIS, atol=1e-9)
+    np.testing.assert_allclose(v[1, da + 3:da + 6], hb.HAND_BALL_SPIN * hb.HAND_BALL_AXIS, atol=1e-9)
     np.testing.assert_allclose(v[:, :16], 0.0)
 
 
@@ -140,33 +143,33 @@ def test_planner_rest_offset_carries_the_weight():
 
     cases = ((0.49, 100.0, 0.001), (0.49, 1000.0, 0.001), (5.4, 1000.0, 0.005), (50.0, 100.0, 1e-3))
     for weight, k, sigma in cases:
-        depth = im.planner_rest_offset(weight, k, sigma)
+        depth = nom.planner_rest_offset(weight, k, sigma)
         f = np.asarray(softplus_normal_force(-depth, k, sigma)[0])
         assert float(f) == pytest.approx(weight, rel=1e-9)
     # the Allegro ball sinks ~4.9 mm into the planner's palm (k = 100 N/m, σ = 1 mm)
-    assert im.planner_rest_offset(0.05 * 9.81, 100.0, 0.001) == pytest.approx(0.0049, abs=1e-4)
-    assert im.planner_rest_offset(0.05 * 9.81, 1000.0, 0.001) < 0  # stiff: it floats above
+    assert nom.planner_rest_offset(0.05 * 9.81, 100.0, 0.001) == pytest.approx(0.0049, abs=1e-4)
+    assert nom.planner_rest_offset(0.05 * 9.81, 1000.0, 0.001) < 0  # stiff: it floats above
     with pytest.raises(ParameterError):
-        im.planner_rest_offset(0.0, 100.0, 0.001)
+        nom.planner_rest_offset(0.0, 100.0, 0.001)
     with pytest.raises(ParameterError):
-        im.planner_rest_offset(1.0, 100.0, -0.001)
+        nom.planner_rest_offset(1.0, 100.0, -0.001)
 
 
 def test_hand_ball_error_and_ball_in_hand_on_plant_states():
     m = load_model("hand")
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
-    qa, _ = im._free_joint(m, "ball")
-    assert im.hand_ball_error_deg(m, d) == pytest.approx(180.0)
-    assert im.ball_in_hand(m, d.qpos)
-    d.qpos[qa + 3:qa + 7] = rot.quat_from_axis_angle(im.HAND_BALL_AXIS, math.radians(150))
-    assert im.hand_ball_error_deg(m, d) == pytest.approx(30.0)
+    qa, _ = nom.free_joint(m, "ball")
+    assert hb.hand_ball_error_deg(m, d) == pytest.approx(180.0)
+    assert hb.ball_in_hand(m, d.qpos)
+    d.qpos[qa + 3:qa + 7] = rot.quat_from_axis_angle(hb.HAND_BALL_AXIS, math.radians(150))
+    assert hb.hand_ball_error_deg(m, d) == pytest.approx(30.0)
     d.qpos[qa:qa + 3] = [0.2, 0.0, 0.06]  # on the floor
-    assert not im.ball_in_hand(m, d.qpos)
-    assert not im._hand_ball_success(m, d)
+    assert not hb.ball_in_hand(m, d.qpos)
+    assert not hb._hand_ball_success(m, d)
     d.qpos[qa:qa + 3] = m.key_qpos[0, qa:qa + 3]
-    d.qpos[qa + 3:qa + 7] = im.hand_ball_target()
-    assert im._hand_ball_success(m, d)
+    d.qpos[qa + 3:qa + 7] = hb.hand_ball_target()
+    assert hb._hand_ball_success(m, d)
 
 
 def test_hand_ball_report_on_a_recorded_run():
@@ -176,14 +179,14 @@ def test_hand_ball_report_on_a_recorded_run():
     qpos = np.tile(m.key_qpos[0], (n, 1))
     err = np.linspace(180.0, 120.0, n)
     err[50] = 100.0
-    qa, _ = im._free_joint(m, "ball")
+    qa, _ = nom.free_joint(m, "ball")
     qpos[80:, qa + 2] = 0.06  # dropped at t = 0.8
     res = SimpleNamespace(time=t, qpos=qpos, metric=err)
-    rep = im._hand_ball_report(im.HAND_BALL, m, res, qpos[0])
+    rep = hb._hand_ball_report(hb.HAND_BALL, m, res, qpos[0])
     assert rep["initial_error_deg"] == 180.0 and rep["final_error_deg"] == 120.0
     assert rep["min_error_deg"] == 100.0
     err[50] = 150.0
-    rep2 = im._hand_ball_report(im.HAND_BALL, m, res, qpos[0])
+    rep2 = hb._hand_ball_report(hb.HAND_BALL, m, res, qpos[0])
     # t = 0.79 is the last sample in the hand
     assert rep2["min_error_in_hand_deg"] == pytest.approx(180.0 - 0.6 * 79)
     assert rep2["min_error_deg"] == 120.0
@@ -197,9 +200,9 @@ def test_hand_ball_report_on_a_recorded_run():
 
 def test_box_targets_are_consistent_with_the_table():
     m = load_model("bimanual")
-    qa, _ = im._free_joint(m, "box")
+    qa, _ = nom.free_joint(m, "box")
     home = m.key_qpos[0, qa:qa + 3]
-    slide, lift, edge = im.BOX_TARGETS
+    slide, lift, edge = bn.BOX_TARGETS
     np.testing.assert_allclose(np.subtract(slide.pos, home), [0.10, 0, 0])
     np.testing.assert_allclose(np.subtract(lift.pos, slide.pos), [0, 0, 0.10])
     # balanced on an edge: the lowest corners touch the table top, two of them (an edge along y)
@@ -213,17 +216,17 @@ def test_box_targets_are_consistent_with_the_table():
 
 
 def test_box_pose_error_by_hand():
-    target = im.BoxTarget("t", (0.1, 0.0, 0.8), (1.0, 0.0, 0.0, 0.0))
+    target = bn.BoxTarget("t", (0.1, 0.0, 0.8), (1.0, 0.0, 0.0, 0.0))
     q = np.zeros(21)
     q[14:17] = [0.1, 0.03, 0.84]
     q[17:21] = rot.quat_from_axis_angle([0, 0, 1], math.radians(20))
-    ep, eo = im.box_pose_error(q, target, 14)
+    ep, eo = bn.box_pose_error(q, target, 14)
     assert ep == pytest.approx(0.05) and eo == pytest.approx(20.0)
 
 
 def _box_qpos(m, pos, quat=(1, 0, 0, 0)):
     q = m.key_qpos[0].copy()
-    qa, _ = im._free_joint(m, "box")
+    qa, _ = nom.free_joint(m, "box")
     q[qa:qa + 3] = pos
     q[qa + 3:qa + 7] = quat
     return q
@@ -231,13 +234,13 @@ def _box_qpos(m, pos, quat=(1, 0, 0, 0)):
 
 def test_target_schedule_switches_when_reached_or_after_the_budget():
     m = load_model("bimanual")
-    qa, _ = im._free_joint(m, "box")
-    sched = im.TargetSchedule(im.BOX_TARGETS, qa, budget=2.0)
+    qa, _ = nom.free_joint(m, "box")
+    sched = bn.TargetSchedule(bn.BOX_TARGETS, qa, budget=2.0)
     far = _box_qpos(m, [0.0, 0.0, 0.825])
     assert sched.update(0.0, far).name == "slide"
     assert sched.update(1.0, far).name == "slide"
     # within 3 cm and 10°: reached
-    near = _box_qpos(m, np.add(im.BOX_TARGETS[0].pos, [0.02, 0, 0]), rot.quat_from_axis_angle([0, 0, 1], 0.1))
+    near = _box_qpos(m, np.add(bn.BOX_TARGETS[0].pos, [0.02, 0, 0]), rot.quat_from_axis_angle([0, 0, 1], 0.1))
     assert sched.update(1.5, near).name == "lift"
     assert sched.switches == [(0, 1.5, "reached")]
     assert sched.update(3.0, far).name == "lift"
@@ -245,37 +248,37 @@ def test_target_schedule_switches_when_reached_or_after_the_budget():
     assert sched.switches[-1] == (1, 3.5, "budget")
     assert sched.update(100.0, far).name == "edge"  # the last target stays
     with pytest.raises(ParameterError):
-        im.TargetSchedule([], qa)
+        bn.TargetSchedule([], qa)
     with pytest.raises(ParameterError):
-        im.TargetSchedule(im.BOX_TARGETS, qa, budget=0.0)
+        bn.TargetSchedule(bn.BOX_TARGETS, qa, budget=0.0)
 
 
 def test_bimanual_nominal_ramps_the_box_and_replay_rebuilds_its_schedule():
     m = load_model("bimanual")
     T, h = 20, 0.05
-    nominal = im._bimanual_nominal(m, T, h)
-    qa, _ = im._free_joint(m, "box")
+    nominal = bb._bimanual_nominal(m, T, h)
+    qa, _ = nom.free_joint(m, "box")
     x = np.concatenate([m.key_qpos[0], np.zeros(m.nv)])
     q, v = nominal(0.0, x)
     assert q.shape == (T + 1, 21) and v.shape == (T + 1, 20)
     np.testing.assert_allclose(q[:, :14], np.tile(m.key_qpos[0, :14], (T + 1, 1)))
     step = np.linalg.norm(q[:, qa:qa + 3] - q[0, qa:qa + 3], axis=1)
-    np.testing.assert_allclose(step, np.minimum(im.BOX_SPEED * h * np.arange(T + 1), 0.10), atol=1e-12)
-    np.testing.assert_allclose(q[-1, qa:qa + 3], im.BOX_TARGETS[0].pos, atol=1e-12)
-    np.testing.assert_allclose(v[1, qa:qa + 3], [im.BOX_SPEED, 0, 0], atol=1e-9)
+    np.testing.assert_allclose(step, np.minimum(bn.BOX_SPEED * h * np.arange(T + 1), 0.10), atol=1e-12)
+    np.testing.assert_allclose(q[-1, qa:qa + 3], bn.BOX_TARGETS[0].pos, atol=1e-12)
+    np.testing.assert_allclose(v[1, qa:qa + 3], [bn.BOX_SPEED, 0, 0], atol=1e-9)
     # a fake run: the box reaches the slide target at 0.5 s, then stays; updates every 0.05 s
     times = np.round(np.arange(0.0, 6.0 + 1e-9, 0.01), 10)
-    qpos = np.array([_box_qpos(m, im.BOX_TARGETS[0].pos if t >= 0.5 else [0.0, 0.0, 0.825]) for t in times])
+    qpos = np.array([_box_qpos(m, bn.BOX_TARGETS[0].pos if t >= 0.5 else [0.0, 0.0, 0.825]) for t in times])
     updates = [SimpleNamespace(t_state=float(t)) for t in times[5::5]]
     for u in updates:
         i = int(np.searchsorted(times, u.t_state - 1e-9))
         nominal(u.t_state, np.concatenate([qpos[i], np.zeros(m.nv)]))
     res = SimpleNamespace(time=times, qpos=qpos, updates=updates)
-    replay = im.replay_schedule(m, res, x)
+    replay = bb.replay_schedule(m, res, x)
     assert replay.switches == nominal.schedule.switches
     assert replay.switches[0] == (0, 0.5, "reached")
-    assert replay.switches[1][2] == "budget" and replay.switches[1][1] == pytest.approx(0.5 + im.BOX_BUDGET)
-    rep = im._bimanual_report(im.BIMANUAL_BOX, m, res, x)
+    assert replay.switches[1][2] == "budget" and replay.switches[1][1] == pytest.approx(0.5 + bn.BOX_BUDGET)
+    rep = bb._bimanual_report(bb.BIMANUAL_BOX, m, res, x)
     rows = rep["targets"]
     assert [r["reached"] for r in rows] == [True, False, False]
     assert rows[0]["reached_at"] == pytest.approx(0.5) and rows[0]["switched_by"] == "reached"
@@ -285,7 +288,7 @@ def test_bimanual_nominal_ramps_the_box_and_replay_rebuilds_its_schedule():
 
 def test_bimanual_planner_follows_the_paper_settings_with_the_documented_changes():
     # the paper's settings (Table I / II), opt-in
-    pl = build_idto_planner(im.BIMANUAL_BOX, **im.box_paper_overrides())
+    pl = build_idto_planner(bb.BIMANUAL_BOX, **bb.box_paper_overrides())
     pr = pl.problem
     assert (pr.T, pr.h, pr.nq, pr.nv) == (20, 0.05, 21, 20)
     assert pl.solver.options.underactuation == "penalty"
@@ -296,14 +299,14 @@ def test_bimanual_planner_follows_the_paper_settings_with_the_documented_changes
     assert pr.unactuated_penalty == 1e3
     assert pl.initial_guess is None
     # the task's defaults: Table I / II except the arm position weights and μ (docs/experiments)
-    pl = build_idto_planner(im.BIMANUAL_BOX)
+    pl = build_idto_planner(bb.BIMANUAL_BOX)
     pr = pl.problem
     assert pl.solver.options.underactuation == "penalty"
     p = pr.contact.params
     assert (p.stiffness, p.smoothing, p.stiction_velocity) == (1000.0, 0.005, 0.05)
-    assert p.friction == im.BOX_PLANNER_FRICTION
-    np.testing.assert_allclose(pr.Qq, [im.BOX_ARM_WEIGHT] * 14 + [10.0] * 6)
-    np.testing.assert_allclose(pr.Qf_q, [im.BOX_ARM_WEIGHT] * 14 + [10.0] * 6)
+    assert p.friction == bb.BOX_PLANNER_FRICTION
+    np.testing.assert_allclose(pr.Qq, [bb.BOX_ARM_WEIGHT] * 14 + [10.0] * 6)
+    np.testing.assert_allclose(pr.Qf_q, [bb.BOX_ARM_WEIGHT] * 14 + [10.0] * 6)
     assert pl.initial_guess is not None
 
 
@@ -315,7 +318,7 @@ def test_plant_end_effectors_have_torsional_friction_the_planner_ignores():
         assert g.friction[1] == pytest.approx(0.02) and g.friction[0] == pytest.approx(0.5)
     # the pair with the box takes the larger condim and coefficients (MuJoCo's default mixing)
     d = mujoco.MjData(m)
-    d.qpos[:] = im.grasp_ik(m, m.key_qpos[0, 14:17], 0.01, m.key_qpos[0], pitch=im.BOX_GRASP_PITCH)
+    d.qpos[:] = bn.grasp_ik(m, m.key_qpos[0, 14:17], 0.01, m.key_qpos[0], pitch=bn.BOX_GRASP_PITCH)
     mujoco.mj_forward(m, d)
     ee = {m.geom("left_ee").id, m.geom("right_ee").id}
     box = m.body("box").id
@@ -329,13 +332,13 @@ def test_plant_end_effectors_have_torsional_friction_the_planner_ignores():
 
 @pytest.mark.slow
 def test_hand_ball_closed_loop_starts_turning_the_ball_and_keeps_it():
-    from contactopt.tasks.idto_tasks import run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
 
-    result, plant, _ = run_idto_task(im.HAND_BALL, seconds=1.5, seed=0)
+    result, plant, _ = run_idto_task(hb.HAND_BALL, seconds=1.5, seed=0)
     err = result.metric
     assert err[0] == pytest.approx(180.0)
     assert err.min() < 175.0  # at least 5° turned toward the target ...
-    assert im.ball_in_hand(plant, result.qpos[-1])  # ... with the ball still in the hand
+    assert hb.ball_in_hand(plant, result.qpos[-1])  # ... with the ball still in the hand
     assert result.failed_updates == 0
 
 
@@ -343,23 +346,23 @@ def test_hand_ball_closed_loop_starts_turning_the_ball_and_keeps_it():
 def test_hand_ball_closed_loop_turns_the_ball_180_degrees_seed_0():
     """The documented success (docs/experiments): seed 0 is within 30° of the target, ball in the
     hand, from 5.4 s on (closed loop, sync mode, 0.1 s policy lag; ~5-15 s of wall time)."""
-    from contactopt.tasks.idto_tasks import run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
 
-    result, plant, _ = run_idto_task(im.HAND_BALL, seconds=6.5, seed=0)
+    result, plant, _ = run_idto_task(hb.HAND_BALL, seconds=6.5, seed=0)
     assert result.success and result.time_to_success < 6.0
-    assert all(im.ball_in_hand(plant, q) for q in result.qpos)  # never left the hand
-    assert result.metric[-1] < im.HAND_BALL_SUCCESS_DEG
+    assert all(hb.ball_in_hand(plant, q) for q in result.qpos)  # never left the hand
+    assert result.metric[-1] < hb.HAND_BALL_SUCCESS_DEG
     assert result.failed_updates == 0
 
 
 @pytest.mark.slow
 def test_bimanual_box_closed_loop_with_the_paper_settings_slides_the_box_to_the_first_target():
-    from contactopt.tasks.idto_tasks import run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
 
     # the paper's settings: the left arm pushes the box along the table
-    result, plant, x0 = run_idto_task(im.BIMANUAL_BOX, seconds=1.0, seed=0, **im.box_paper_overrides())
-    qa, _ = im._free_joint(plant, "box")
-    sched = im.replay_schedule(plant, result, x0)
+    result, plant, x0 = run_idto_task(bb.BIMANUAL_BOX, seconds=1.0, seed=0, **bb.box_paper_overrides())
+    qa, _ = nom.free_joint(plant, "box")
+    sched = bb.replay_schedule(plant, result, x0)
     assert sched.switches and sched.switches[0][0] == 0 and sched.switches[0][2] == "reached"
     assert result.qpos[-1, qa] - x0[qa] > 0.06  # pushed along the table (+x) ...
     assert abs(result.qpos[-1, qa + 2] - x0[qa + 2]) < 0.01  # ... not lifted or tipped
@@ -379,49 +382,49 @@ def _ee(m, q):
 def test_grasp_ik_puts_the_end_effectors_on_the_box_faces():
     m = load_model("bimanual")
     box = np.array([0.05, 0.0, 0.88])
-    q = im.grasp_ik(m, box, 0.02, m.key_qpos[0], height=-0.01)
+    q = bn.grasp_ik(m, box, 0.02, m.key_qpos[0], height=-0.01)
     left, right = _ee(m, q)
     off = 0.075 + 0.05 - 0.02
     np.testing.assert_allclose(left, box + [-off, 0, -0.01], atol=2e-3)
     np.testing.assert_allclose(right, box + [off, 0, -0.01], atol=2e-3)
-    qa, _ = im._free_joint(m, "box")
+    qa, _ = nom.free_joint(m, "box")
     np.testing.assert_array_equal(q[qa:], m.key_qpos[0, qa:])  # only the arms move
-    arms = np.r_[im.arm_qpos_indices(m, "left"), im.arm_qpos_indices(m, "right")]
+    arms = np.r_[bn.arm_qpos_indices(m, "left"), bn.arm_qpos_indices(m, "right")]
     np.testing.assert_array_equal(np.sort(arms), np.arange(14))
     with pytest.raises(ParameterError):
-        im.grasp_ik(m, box, 0.1, m.key_qpos[0])  # deeper than the half side
+        bn.grasp_ik(m, box, 0.1, m.key_qpos[0])  # deeper than the half side
     with pytest.raises(ParameterError):
-        im.arm_qpos_indices(m, "middle")
+        bn.arm_qpos_indices(m, "middle")
 
 
 def test_grasp_nominal_carries_the_hands_with_the_box_and_the_guess_closes_them():
     m = load_model("bimanual")
     T, h = 20, 0.05
-    up = im.BoxTarget("up", (0.0, 0.0, 0.925), (1.0, 0.0, 0.0, 0.0))
-    nominal = im.make_bimanual_nominal(("up",), targets=(up,))(m, T, h)
+    up = bn.BoxTarget("up", (0.0, 0.0, 0.925), (1.0, 0.0, 0.0, 0.0))
+    nominal = bn.make_bimanual_nominal(("up",), targets=(up,))(m, T, h)
     x = np.concatenate([m.key_qpos[0], np.zeros(m.nv)])
     q, v = nominal(0.0, x)
     assert q.shape == (T + 1, 21) and v.shape == (T + 1, 20)
-    qa, _ = im._free_joint(m, "box")
-    off = 0.075 + 0.05 - im.BOX_SQUEEZE
+    qa, _ = nom.free_joint(m, "box")
+    off = 0.075 + 0.05 - bn.BOX_SQUEEZE
     for k in (0, T):  # the ramp's two ends: exact grasps of the nominal box
         left, right = _ee(m, q[k])
-        np.testing.assert_allclose(left, q[k, qa:qa + 3] + [-off, 0, im.BOX_GRASP_HEIGHT], atol=3e-3)
-        np.testing.assert_allclose(right, q[k, qa:qa + 3] + [off, 0, im.BOX_GRASP_HEIGHT], atol=3e-3)
+        np.testing.assert_allclose(left, q[k, qa:qa + 3] + [-off, 0, bn.BOX_GRASP_HEIGHT], atol=3e-3)
+        np.testing.assert_allclose(right, q[k, qa:qa + 3] + [off, 0, bn.BOX_GRASP_HEIGHT], atol=3e-3)
     np.testing.assert_allclose(q[-1, qa:qa + 3], up.pos, atol=1e-12)
     assert np.abs(v[1:, :14]).max() > 0  # the arms move with the box
     with pytest.raises(ParameterError):
-        im.make_bimanual_nominal(("nowhere",))
-    guess = im.bimanual_grasp_guess(m, T, h)(0.0, x)
+        bn.make_bimanual_nominal(("nowhere",))
+    guess = bn.bimanual_grasp_guess(m, T, h)(0.0, x)
     assert guess.shape == (T + 1, 21)
     np.testing.assert_array_equal(guess[0], x[:21])
-    n = im.BOX_GUESS_CLOSE_STEPS
+    n = bn.BOX_GUESS_CLOSE_STEPS
     np.testing.assert_allclose(guess[n:], np.tile(guess[-1], (T + 1 - n, 1)))
     left, right = _ee(m, guess[-1])
     assert right[0] - left[0] == pytest.approx(2 * off, abs=5e-3)
-    ov = im.box_grasp_overrides()
-    assert ov["contact"]["friction"] == im.BOX_PLANNER_FRICTION
-    np.testing.assert_allclose(ov["weights"]["Qq"][:14], im.BOX_ARM_WEIGHT)
+    ov = bb.box_grasp_overrides()
+    assert ov["contact"]["friction"] == bb.BOX_PLANNER_FRICTION
+    np.testing.assert_allclose(ov["weights"]["Qq"][:14], bb.BOX_ARM_WEIGHT)
 
 
 def test_grasp_ik_turns_with_the_box_per_arm_pitch_and_height():
@@ -431,7 +434,7 @@ def test_grasp_ik_turns_with_the_box_per_arm_pitch_and_height():
     R = np.empty(9)
     mujoco.mju_quat2Mat(R, quat)
     R = R.reshape(3, 3)
-    q = im.grasp_ik(m, box, 0.03, m.key_qpos[0], box_quat=quat, height=(0.02, -0.01), pitch=(-0.6, -0.2))
+    q = bn.grasp_ik(m, box, 0.03, m.key_qpos[0], box_quat=quat, height=(0.02, -0.01), pitch=(-0.6, -0.2))
     left, right = _ee(m, q)
     off = 0.075 + 0.05 - 0.03
     np.testing.assert_allclose(left, box + R @ [-off, 0, 0.02], atol=2e-3)
@@ -443,63 +446,63 @@ def test_grasp_ik_turns_with_the_box_per_arm_pitch_and_height():
         z = d.xmat[m.site_bodyid[m.site(f"{side}_ee").id]].reshape(3, 3)[:, 2]
         np.testing.assert_allclose(z, [sgn * math.cos(pitch), 0, math.sin(pitch)], atol=1e-2)
     with pytest.raises(ParameterError):
-        im.grasp_ik(m, box, 0.03, m.key_qpos[0], box_quat=[0, 0, 0, 0])
+        bn.grasp_ik(m, box, 0.03, m.key_qpos[0], box_quat=[0, 0, 0, 0])
 
 
 def test_right_hand_reaches_the_lifted_box_only_with_its_level_grasp():
     """At 45° (home's pitch) the right elbow hits its limit short of the box's right face at the
     lift target (the grasp experiment's box lagged 2-3 cm in x); level (BOX_GRASP_PITCH) it reaches."""
     m = load_model("bimanual")
-    lift = np.array(im.BOX_TARGETS[1].pos)
-    off = 0.075 + 0.05 - im.BOX_SQUEEZE
-    q = im.grasp_ik(m, lift, im.BOX_SQUEEZE, m.key_qpos[0], pitch=im.BOX_GRASP_PITCH)
+    lift = np.array(bn.BOX_TARGETS[1].pos)
+    off = 0.075 + 0.05 - bn.BOX_SQUEEZE
+    q = bn.grasp_ik(m, lift, bn.BOX_SQUEEZE, m.key_qpos[0], pitch=bn.BOX_GRASP_PITCH)
     left, right = _ee(m, q)
     np.testing.assert_allclose(left, lift + [-off, 0, 0], atol=2e-3)
     np.testing.assert_allclose(right, lift + [off, 0, 0], atol=2e-3)
-    _, right45 = _ee(m, im.grasp_ik(m, lift, im.BOX_SQUEEZE, m.key_qpos[0]))
+    _, right45 = _ee(m, bn.grasp_ik(m, lift, bn.BOX_SQUEEZE, m.key_qpos[0]))
     assert np.linalg.norm(right45 - (lift + [off, 0, 0])) > 0.02
 
 
 def test_tip_nominal_presses_the_upper_left_face_and_waits_with_the_right_hand():
     m = load_model("bimanual")
     T, h = 20, 0.05
-    qa, _ = im._free_joint(m, "box")
-    edge = im.BOX_TARGETS[2]
-    nominal = im.make_bimanual_nominal(targets=(edge,), tip_targets=("edge",))(m, T, h)
+    qa, _ = nom.free_joint(m, "box")
+    edge = bn.BOX_TARGETS[2]
+    nominal = bn.make_bimanual_nominal(targets=(edge,), tip_targets=("edge",))(m, T, h)
     x = np.concatenate([_box_qpos(m, [0.10, 0.0, 0.825]), np.zeros(m.nv)])
     q, v = nominal(0.0, x)
     assert v.shape == (T + 1, 20) and np.isfinite(v).all()
     np.testing.assert_allclose(q[-1, qa:qa + 3], edge.pos, atol=1e-12)  # the ramp reaches the target
-    off = 0.075 + 0.05 - im.BOX_TIP_SQUEEZE
+    off = 0.075 + 0.05 - bn.BOX_TIP_SQUEEZE
     for k in (0, 10, T):  # the left hand on the turning box's upper left face (grasp knots)
         R = np.empty(9)
         mujoco.mju_quat2Mat(R, q[k, qa + 3:qa + 7])
         left, right = _ee(m, q[k])
-        face = R.reshape(3, 3) @ [-off, 0, im.BOX_TIP_LEFT_HEIGHT]
+        face = R.reshape(3, 3) @ [-off, 0, bn.BOX_TIP_LEFT_HEIGHT]
         np.testing.assert_allclose(left, q[k, qa:qa + 3] + face, atol=3e-3)
-        np.testing.assert_allclose(right, im.BOX_TIP_STOP, atol=3e-3)  # the stop
+        np.testing.assert_allclose(right, bn.BOX_TIP_STOP, atol=3e-3)  # the stop
     with pytest.raises(ParameterError):
-        im.make_bimanual_nominal(tip_targets=("nowhere",))
+        bn.make_bimanual_nominal(tip_targets=("nowhere",))
     with pytest.raises(ParameterError):
-        im.make_bimanual_nominal(("edge",), tip_targets=("edge",))
+        bn.make_bimanual_nominal(("edge",), tip_targets=("edge",))
     with pytest.raises(ParameterError):
-        im.make_bimanual_nominal(speed=0.0)
+        bn.make_bimanual_nominal(speed=0.0)
 
 
 @pytest.mark.slow
 def test_bimanual_grasp_lifts_the_box_where_the_paper_settings_do_not():
-    from contactopt.tasks.idto_tasks import run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
 
     qa = 14
     # the paper's settings (arms' nominal at home, no arm running cost, μ 0.2): slid, not lifted
-    res, plant, x0 = run_idto_task(im.BIMANUAL_BOX, seconds=1.6, seed=1, **im.box_paper_overrides())
+    res, plant, x0 = run_idto_task(bb.BIMANUAL_BOX, seconds=1.6, seed=1, **bb.box_paper_overrides())
     assert (res.qpos[:, qa + 2] - x0[qa + 2]).max() < 0.01
-    rows = im._bimanual_report(im.BIMANUAL_BOX, plant, res, x0)["targets"]
+    rows = bb._bimanual_report(bb.BIMANUAL_BOX, plant, res, x0)["targets"]
     assert [r["reached"] for r in rows] == [True, False, False]
     # the task's grasp: slid and lifted 10 cm (the lift target reached at 1.36 s)
-    res, plant, x0 = run_idto_task(im.BIMANUAL_BOX, seconds=1.6, seed=1)
+    res, plant, x0 = run_idto_task(bb.BIMANUAL_BOX, seconds=1.6, seed=1)
     assert (res.qpos[:, qa + 2] - x0[qa + 2]).max() > 0.07
-    rows = im._bimanual_report(im.BIMANUAL_BOX, plant, res, x0)["targets"]
+    rows = bb._bimanual_report(bb.BIMANUAL_BOX, plant, res, x0)["targets"]
     assert [r["reached"] for r in rows[:2]] == [True, True]
     assert res.failed_updates == 0
 
@@ -508,30 +511,30 @@ def test_bimanual_grasp_lifts_the_box_where_the_paper_settings_do_not():
 def test_bimanual_box_closed_loop_slides_lifts_and_sets_the_box_on_its_edge_seed_2():
     """The documented success (docs/experiments): seed 2 reaches the slide, the lift and the edge
     target in order and holds the edge from 2.2 s (sync mode; ~5-15 s of wall time)."""
-    from contactopt.tasks.idto_tasks import run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
 
-    result, plant, x0 = run_idto_task(im.BIMANUAL_BOX, seconds=3.5, seed=2)
+    result, plant, x0 = run_idto_task(bb.BIMANUAL_BOX, seconds=3.5, seed=2)
     assert result.success and result.time_to_success < 3.0
-    rows = im._bimanual_report(im.BIMANUAL_BOX, plant, result, x0)["targets"]
+    rows = bb._bimanual_report(bb.BIMANUAL_BOX, plant, result, x0)["targets"]
     assert [r["reached"] for r in rows] == [True, True, True]
     assert rows[0]["reached_at"] < rows[1]["reached_at"] < rows[2]["reached_at"]
     assert rows[1]["switched_by"] == "reached"  # lifted, not skipped after the budget
-    qa, _ = im._free_joint(plant, "box")
-    ep, eo = im.box_pose_error(result.qpos[-1], im.BOX_TARGETS[-1], qa)
-    assert ep < im.BOX_TOL_POS and eo < im.BOX_TOL_DEG  # still on its edge at the end
+    qa, _ = nom.free_joint(plant, "box")
+    ep, eo = bn.box_pose_error(result.qpos[-1], bn.BOX_TARGETS[-1], qa)
+    assert ep < bn.BOX_TOL_POS and eo < bn.BOX_TOL_DEG  # still on its edge at the end
     assert result.failed_updates == 0
 
 
 def test_box_success_needs_every_target_in_order():
     m = load_model("bimanual")
     d = mujoco.MjData(m)
-    slide, lift, edge = im.BOX_TARGETS
+    slide, lift, edge = bn.BOX_TARGETS
 
     def at(target, ok=True):
         d.qpos[:] = _box_qpos(m, target.pos, target.quat)
         return ok
 
-    success = im.box_success_factory(None, 10.0)
+    success = bb.box_success_factory(None, 10.0)
     at(edge)
     assert not success(m, d)  # tipped onto the edge without the slide and the lift
     at(lift)
@@ -544,4 +547,4 @@ def test_box_success_needs_every_target_in_order():
     assert not success(m, d)
     at(edge)
     assert success(m, d)
-    assert im.box_success_factory(None, 10.0)(m, d) is False  # a fresh run starts over
+    assert bb.box_success_factory(None, 10.0)(m, d) is False  # a fresh run starts over

@@ -246,7 +246,8 @@ def test_tasks_registered():
 @pytest.mark.slow
 def test_spinner_closed_loop_turns_the_spinner():
     """Sync mode, fixed lag: the finger must push the damped spinner forward (contact-implicit)."""
-    from contactopt.tasks.idto_tasks import SPINNER, run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
+    from contactopt.tasks.spinner import SPINNER
     res, plant, x0 = run_idto_task(SPINNER, seconds=1.2, seed=0, lag=0.005, update_period=0.04,
                                    initial_iterations=40)
     assert res.failed_updates == 0
@@ -291,7 +292,7 @@ def test_acrobot_idto_mpc_balances_near_upright():
     import dataclasses
 
     from contactopt.tasks.acrobot import ACROBOT_IDTO as ACROBOT
-    from contactopt.tasks.idto_tasks import run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
 
     def near_upright(model, data, rng):
         data.qpos[:] = np.array([math.pi, 0.0]) + rng.uniform(-0.05, 0.05, 2)
@@ -321,7 +322,7 @@ def test_acrobot_idto_mpc_swings_the_tip_up():
     roundoff test.  Reaching high held for every perturbed start tried (6 of 6, seeds 1 and 2);
     success rates are measured over seeds instead (docs/experiments/acrobot-idto.md)."""
     from contactopt.tasks.acrobot import ACROBOT_IDTO as ACROBOT
-    from contactopt.tasks.idto_tasks import run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
 
     for seed in (1, 2):
         res, plant, x0 = run_idto_task(ACROBOT, seconds=10.0, seed=seed)
@@ -335,7 +336,8 @@ def test_hopper_first_plan_rocks_forward_consistently_and_the_fall_is_latched():
     dynamically consistent on the unactuated rows and moves the torso forward along the nominal by
     rocking onto the toe (the heel lifts, the toe stays down); the task's failure test is its
     success test's upright bound."""
-    from contactopt.tasks.idto_tasks import HOPPER, HOPPER_HOME, _hopper_fell, build_idto_planner
+    from contactopt.tasks.hopper import HOPPER, HOPPER_HOME, _hopper_fell
+    from contactopt.tasks.idto_task import build_idto_planner
 
     m = load_model("hopper-foot")
     d = mujoco.MjData(m)
@@ -362,7 +364,7 @@ def test_hopper_first_plan_rocks_forward_consistently_and_the_fall_is_latched():
 def test_hopper_nominal_is_anchored_to_time_within_the_lead():
     """The hopper's x reference starts at ``HOPPER_SPEED · t`` (clipped to ``HOPPER_LEAD`` of the
     measured x), runs at ``HOPPER_SPEED`` and stops at the target; the rest is the home pose."""
-    from contactopt.tasks.idto_tasks import (
+    from contactopt.tasks.hopper import (
         HOPPER,
         HOPPER_HOME,
         HOPPER_LEAD,
@@ -394,7 +396,8 @@ def test_hopper_nominal_is_anchored_to_time_within_the_lead():
 def test_hopper_idto_mpc_hops_to_the_target():
     """Closed loop (sync mode, 25 ms lag, one iteration per update): seed 3 rocks forward, hops and
     stands within 0.1 m of the 0.5 m target for 0.5 s (the hold starts at 2.73 s), without falling."""
-    from contactopt.tasks.idto_tasks import HOPPER, _hopper_flights, run_idto_task
+    from contactopt.tasks.hopper import HOPPER, _hopper_flights
+    from contactopt.tasks.idto_task import run_idto_task
 
     res, plant, x0 = run_idto_task(HOPPER, seconds=3.6, seed=3)
     assert res.failed_updates == 0

@@ -9,22 +9,21 @@ import pytest
 
 from contactopt.errors import ParameterError
 from contactopt.model import load_model
-from contactopt.tasks.idto_quadruped import (
+from contactopt.tasks.idto_task import build_idto_planner
+from contactopt.tasks.quadruped import (
     FALL_HEIGHT,
     QUAD_HEIGHT,
     QUAD_HOME,
     QUAD_SPEED,
     QUADRUPED,
     QUADRUPED_HILLS,
-    base_tilt,
     count_falls,
     is_fallen,
     quadruped_nominal,
     quadruped_report,
     restrict_planner_contacts,
-    terrain_height,
 )
-from contactopt.tasks.idto_tasks import build_idto_planner
+from contactopt.terrain import base_tilt, terrain_height
 
 
 def _tilted(angle, axis=(1.0, 0.0, 0.0)):
@@ -249,7 +248,7 @@ def _liftoffs(plant, qpos, clearance=0.01):
 def test_closed_loop_walks_on_flat_ground_with_steps():
     """Sync mode (the task's 10 ms lag, 60 Hz updates), MuJoCo plant: ≥ 0.9 m in 3 s without falling,
     and every foot leaves the ground repeatedly (a gait emerged: stepping, not sliding)."""
-    from contactopt.tasks.idto_tasks import run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
 
     res, plant, x0 = run_idto_task(QUADRUPED, seconds=3.0, seed=0)
     assert res.failed_updates == 0
@@ -263,7 +262,7 @@ def test_closed_loop_walks_on_flat_ground_with_steps():
 @pytest.mark.slow
 def test_closed_loop_climbs_over_the_first_hill():
     """The hills scene: in 4 s the base goes over the 8 cm hill whose crest is at x = 1 m."""
-    from contactopt.tasks.idto_tasks import run_idto_task
+    from contactopt.tasks.idto_task import run_idto_task
 
     res, plant, x0 = run_idto_task(QUADRUPED_HILLS, seconds=4.0, seed=0)
     rep = quadruped_report(QUADRUPED_HILLS, plant, res, x0)

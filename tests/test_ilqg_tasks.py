@@ -4,10 +4,11 @@ import mujoco
 import numpy as np
 import pytest
 
-from contactopt.tasks import available_tasks, ilqg_tasks
+from contactopt.tasks import available_tasks, hopper_hop, swimmer_reach
 from contactopt.costs import MechanicalEnergy
 from contactopt.tasks.acrobot import ACROBOT_ILQG as ACROBOT_SWINGUP
-from contactopt.tasks.ilqg_tasks import HOPPER_HOP, SWIMMER_REACH
+from contactopt.tasks.hopper_hop import HOPPER_HOP
+from contactopt.tasks.swimmer_reach import SWIMMER_REACH
 
 TASKS = (ACROBOT_SWINGUP, SWIMMER_REACH, HOPPER_HOP)
 from contactopt.tasks.mpc_task import run_ilqg_task
@@ -102,13 +103,13 @@ def test_acrobot_success_states():
 def test_swimmer_initial_distance_and_success_states():
     for seed in range(5):
         m, d = _initial(SWIMMER_REACH, seed)
-        dist = ilqg_tasks._nose_distance(m, d)
+        dist = swimmer_reach._nose_distance(m, d)
         assert 1.0 - 1e-9 <= dist <= 2.0 + 1e-9
-        np.testing.assert_allclose(d.mocap_pos[0, :2], ilqg_tasks.SWIM_TARGET)
+        np.testing.assert_allclose(d.mocap_pos[0, :2], swimmer_reach.SWIM_TARGET)
     # put the nose on the target: success; 0.3 m away: not
     m, d = _initial(SWIMMER_REACH, 0)
     yaw = d.qpos[2]
-    head = np.asarray(ilqg_tasks.SWIM_TARGET) - 0.025 * np.array([np.cos(yaw), np.sin(yaw)])
+    head = np.asarray(swimmer_reach.SWIM_TARGET) - 0.025 * np.array([np.cos(yaw), np.sin(yaw)])
     d.qpos[:2] = head
     mujoco.mj_kinematics(m, d)
     assert SWIMMER_REACH.success(m, d)
@@ -123,7 +124,7 @@ def test_hopper_success_states():
     d.qpos[:] = m.key("home").qpos
     mujoco.mj_kinematics(m, d)
     assert not HOPPER_HOP.success(m, d)                  # at the start
-    d.qpos[0] = ilqg_tasks.HOP_SUCCESS_X + 0.5
+    d.qpos[0] = hopper_hop.HOP_SUCCESS_X + 0.5
     mujoco.mj_kinematics(m, d)
     assert HOPPER_HOP.success(m, d)                      # far enough, standing
     d.qpos[1] = 0.1                                      # fallen (torso on the ground)

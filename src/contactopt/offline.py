@@ -8,7 +8,7 @@ or on the convex backend by κ-continuation
 (:func:`~contactopt.solvers.idto.solve_with_continuation`).
 
 A task has an *IDTO form* when it is a bundled task with an IDTO runner built from an
-:class:`~contactopt.tasks.idto_tasks.IDTOTask` (its problem, weights, contact, nominal and
+:class:`~contactopt.tasks.idto_task.IDTOTask` (its problem, weights, contact, nominal and
 initial guess), or a planner-independent :class:`~contactopt.task.Task` (a bundled task's
 ``task_factory`` or a task file's ``TASK``), built as ``contactopt run --planner idto`` builds
 it (:func:`contactopt.mpc.registry.make`).
@@ -99,7 +99,7 @@ def _resolve(name: str):
     import os
 
     from .tasks import load_task
-    from .tasks.idto_tasks import IDTOTask
+    from .tasks.idto_task import IDTOTask
 
     if name.endswith(".py") or os.sep in name:
         from .task import load_task_file
@@ -151,7 +151,7 @@ def build_offline_problem(name: str, *, backend: str = "compliant", horizon: int
         cc = ConvexContactModel(kappa=kappa)  # validates κ
     idto_task, task = _resolve(name)
     if idto_task is not None:
-        from .tasks.idto_tasks import _load, build_idto_planner
+        from .tasks.idto_task import _load, build_idto_planner
 
         plant = _load(idto_task.model)
         data = mujoco.MjData(plant)

@@ -1,9 +1,9 @@
 """``contactopt bench idto``: IDTO convergence, iteration time, MPC rate and generic solvers (issue 5, items 6–7).
 
 For every task registered with the ``idto`` planner (discovered through the task registry:
-each ``idto`` runner carries its :class:`~contactopt.tasks.idto_tasks.IDTOTask` as
+each ``idto`` runner carries its :class:`~contactopt.tasks.idto_task.IDTOTask` as
 ``runner.task``; ``--model`` filters by task or model name), with the task's own problem
-(horizon, time step, weights, compliant contact) as :func:`~contactopt.tasks.idto_tasks.build_idto_planner`
+(horizon, time step, weights, compliant contact) as :func:`~contactopt.tasks.idto_task.build_idto_planner`
 builds it, the problem's Jacobian workers set to ``os.cpu_count()``:
 
 1. **Convergence (the paper's Fig. 3).** The open-loop problem from the task's seeded initial
@@ -185,7 +185,7 @@ def benchmark_task(task, *, settings: dict | None = None, plots=None, progress_c
     """One row of the benchmark for ``task`` (module docstring; ``settings`` as :data:`SETTINGS`).
 
     Args:
-      task: an :class:`~contactopt.tasks.idto_tasks.IDTOTask`.
+      task: an :class:`~contactopt.tasks.idto_task.IDTOTask`.
       settings: overrides of :data:`SETTINGS`.
       plots: directory for ``idto_convergence_<task>.png`` (None: no plot).
       progress_cb: optional callable with no arguments, called after each phase (:data:`PHASES_PER_TASK`).

@@ -20,7 +20,7 @@ METHODS = ("penalty", "constrained")
 
 
 def idto_tasks(names=None) -> list:
-    """The :class:`~contactopt.tasks.idto_tasks.IDTOTask` s registered with an ``idto`` runner.
+    """The :class:`~contactopt.tasks.idto_task.IDTOTask` s registered with an ``idto`` runner.
 
     Args:
       names: optional task or model names to keep (None: all, sorted by name).
@@ -45,7 +45,7 @@ def idto_tasks(names=None) -> list:
 
 
 def _build_planner(task, *, workers: int, horizon=None, **overrides):
-    from ..tasks.idto_tasks import build_idto_planner
+    from ..tasks.idto_task import build_idto_planner
 
     if horizon is not None:
         overrides["horizon"] = int(horizon)
@@ -66,7 +66,7 @@ def open_loop_problem(task, *, seed: int = 0, workers: int | None = None, horizo
     """The task's open-loop problem from its seeded initial state.
 
     Args:
-      task: an :class:`~contactopt.tasks.idto_tasks.IDTOTask`.
+      task: an :class:`~contactopt.tasks.idto_task.IDTOTask`.
       seed: seeds the initial state (``task.initial_state``).
       workers: Jacobian threads of the problem (default ``os.cpu_count()``).
       horizon: override of the task's horizon ``T`` (steps), e.g. for quick runs.

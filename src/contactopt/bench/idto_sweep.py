@@ -56,7 +56,7 @@ def horizon_sweep(tasks, horizons=SWEEP_HORIZONS, *, iterations: int = SWEEP_ITE
     (:func:`iteration_breakdown`).
 
     Args:
-      tasks: :class:`~contactopt.tasks.idto_tasks.IDTOTask` s.
+      tasks: :class:`~contactopt.tasks.idto_task.IDTOTask` s.
       horizons: horizons in steps (each ≥ 2).
       iterations: iterations per point (all run; no convergence test).
       methods: subset of ``("penalty", "constrained")``.

@@ -139,7 +139,7 @@ def _quadruped(seconds: float):
     from ..mpc import idto_planner  # noqa: F401  (imported before the first RSS sample)
     from ..tasks import load_task
 
-    from ..tasks.idto_tasks import run_idto_task
+    from ..tasks.idto_task import run_idto_task
 
     task = load_task("quadruped").runner("idto").task
 

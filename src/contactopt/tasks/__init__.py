@@ -31,15 +31,20 @@ __all__ = ["TaskSpec", "register_task", "load_task", "available_tasks", "Unknown
 
 TaskRunner = Callable[..., dict]
 
-#: Modules that register the built-in tasks (imported on first use of the registry).
+#: Modules that register the built-in tasks (imported on first use of the registry), in
+#: registration order (the order of :func:`available_tasks`).
 _BUILTIN_MODULES = (
+    "contactopt.tasks.spinner",
+    "contactopt.tasks.hopper",
     "contactopt.tasks.acrobot",
-    "contactopt.tasks.ilqg_tasks",
+    "contactopt.tasks.swimmer_reach",
+    "contactopt.tasks.hopper_hop",
     "contactopt.tasks.gdd_tasks",
     "contactopt.tasks.humanoid_getup",
-    "contactopt.tasks.idto_tasks",
-    "contactopt.tasks.idto_quadruped",
-    "contactopt.tasks.idto_manipulation",
+    "contactopt.tasks.humanoid_push",
+    "contactopt.tasks.quadruped",
+    "contactopt.tasks.hand_ball",
+    "contactopt.tasks.bimanual_box",
 )
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..costs import MechanicalEnergy
 from . import register_task
-from .idto_tasks import IDTOTask, idto_runner
+from .idto_task import IDTOTask, idto_runner
 from .mpc_task import MPCTask, as_task, ilqg_runner
 
 __all__ = ["ACROBOT_ILQG", "ACROBOT_IDTO", "success", "initial_state"]

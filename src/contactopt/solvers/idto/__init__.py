@@ -25,7 +25,7 @@ from .solver import (
     gauss_newton_system,
 )
 
-# Deprecated alias, not exported: mpc/builders.py and tasks/idto_tasks.py still import it.
+# Deprecated alias, not exported: mpc/builders.py and tasks/idto_task.py still import it.
 
 __all__ = [
     "IDTOProblem", "Linearization", "Trajectory", "BandedHessian", "ConvergenceCriteria",

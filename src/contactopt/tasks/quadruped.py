@@ -5,13 +5,15 @@ move forward at about ``QUAD_SPEED`` = 0.4 m/s while keeping its orientation, wi
 terminal cost pulling the legs toward the standing pose.  No gait, no contact schedule, no
 balance term: contacts come out of the optimizer through the planner's compliant contact
 model.  The plant is the bundled MuJoCo model (``quadruped`` flat, ``quadruped-hills`` with
-three cylinder hills) with MuJoCo's own contact.
+three cylinder hills) with MuJoCo's own contact; each task is an
+:class:`~contactopt.tasks.idto_task.IDTOTask`.
 
 Tasks (``contactopt run quadruped[-hills] --planner idto``):
 
 * ``quadruped`` — flat ground;
 * ``quadruped-hills`` — the hills scene (the nominal base height follows the terrain under
-  the nominal base position, found by ray casting on the static geoms).
+  the nominal base position, found by ray casting on the static geoms:
+  :func:`~contactopt.terrain.terrain_height`).
 
 Nominal (re-anchored at every update, :func:`quadruped_nominal`): a goal point moves forward
 at ``QUAD_SPEED`` from the start; the nominal base ``x`` ramps from the *measured* ``x`` to
@@ -35,8 +37,6 @@ of times the base fell: :func:`is_fallen`, base height above the terrain below
 whole run): no fall and at least ``QUAD_MIN_METRES_PER_10S`` = 1 m per 10 s (a quarter of
 the 4 m that 0.4 m/s would give).
 
-Status: flat 10/10 and hills 9/10 of seeds 0–9 succeed (10 s runs).
-
 Experiment log: docs/experiments/quadruped-idto.md.
 """
 
@@ -49,13 +49,12 @@ import mujoco
 import numpy as np
 
 from ..errors import ParameterError, as_array
+from ..terrain import base_height, base_tilt, terrain_height
 from . import register_task
-from .idto_tasks import IDTOTask, idto_runner
+from .idto_task import IDTOTask, idto_runner
 
 __all__ = ["QUADRUPED", "QUADRUPED_HILLS", "QUAD_HOME", "QUAD_SPEED", "quadruped_nominal",
-           "restrict_planner_contacts", "terrain_height", "base_tilt", "base_height", "is_fallen",
-           "count_falls",
-           "quadruped_report"]
+           "restrict_planner_contacts", "is_fallen", "count_falls", "quadruped_report"]
 
 #: standing configuration (the models' ``home`` keyframe): base at 0.28 m, feet under the hips
 QUAD_HOME = np.array([0.0, 0.0, 0.28, 1.0, 0.0, 0.0, 0.0,
@@ -67,56 +66,6 @@ FALL_HEIGHT = 0.12  # m: base (trunk centre) closer than this to the terrain = f
 FALL_TILT = math.radians(60.0)  # rad: trunk z-axis tilted beyond this from vertical = fallen
 QUAD_CATCH_UP = 0.4  # m: at most this much extra nominal lead when behind schedule
 QUAD_MIN_METRES_PER_10S = 1.0  # success threshold (target 4 m per 10 s at 0.4 m/s)
-
-_RAY_TOP = 5.0  # m: terrain rays start this high
-# geom types terrain_height does not ray-cast
-_UNRAYED = (mujoco.mjtGeom.mjGEOM_MESH, mujoco.mjtGeom.mjGEOM_HFIELD, mujoco.mjtGeom.mjGEOM_SDF)
-
-
-def terrain_height(model: mujoco.MjModel, data: mujoco.MjData, x, y) -> np.ndarray:
-    """Height [m] of the static terrain (the world body's geoms) under points ``(x, y)``.
-
-    Each point casts a ray straight down from ``_RAY_TOP`` m onto every world-body geom
-    (planes and primitive shapes, MuJoCo's ``mju_rayGeom``); robot geoms are never hit.
-
-    Args:
-      model, data: ``data`` forward-computed at least to the kinematics (``geom_xpos``).
-      x, y: scalars or arrays broadcastable to one shape [m].
-
-    Returns:
-      array of the broadcast shape: the highest terrain surface under each point, 0 where
-      nothing is hit.
-    """
-    xs, ys = np.broadcast_arrays(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
-    out = np.zeros(xs.shape)
-    geoms = [g for g in range(model.ngeom)
-             if model.geom_bodyid[g] == 0 and model.geom_type[g] not in _UNRAYED]
-    down = np.array([0.0, 0.0, -1.0])
-    pnt = np.zeros(3)
-    for idx in np.ndindex(xs.shape):
-        pnt[:] = xs[idx], ys[idx], _RAY_TOP
-        best = -1.0
-        for g in geoms:
-            dist = mujoco.mju_rayGeom(data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g], pnt, down,
-                                      int(model.geom_type[g]))
-            if dist >= 0 and (best < 0 or dist < best):
-                best = dist
-        out[idx] = _RAY_TOP - best if best >= 0 else 0.0
-    return out
-
-
-def base_tilt(qpos) -> float:
-    """Angle [rad] between the trunk's z axis and the world's vertical (``qpos[3:7]`` quaternion)."""
-    w, x, y, z = as_array("qpos", qpos, (None,))[3:7]
-    n = w * w + x * x + y * y + z * z
-    # z-component of the body z axis: 1 − 2(x² + y²)/|q|²
-    cz = 1.0 - 2.0 * (x * x + y * y) / n
-    return float(math.acos(max(-1.0, min(1.0, cz))))
-
-
-def base_height(model: mujoco.MjModel, data: mujoco.MjData) -> float:
-    """Trunk centre height [m] above the terrain under it (``data`` forward-computed)."""
-    return float(data.qpos[2] - terrain_height(model, data, data.qpos[0], data.qpos[1]))
 
 
 def is_fallen(model: mujoco.MjModel, data: mujoco.MjData) -> bool:
