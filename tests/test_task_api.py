@@ -161,37 +161,6 @@ def test_idto_reports_the_shared_cost_of_its_trajectory():
 # --------------------------------------------------------------------------- GDD features
 
 
-def test_gdd_feature_asks_for_the_pd_acceleration():
-    from contactopt.solvers.gdd import GDDProblem
-    from contactopt.solvers.gdd.features import ResidualFeature
-    from contactopt.solvers.gdd.problem import ActuationModel
-
-    m = contactopt.load_model("acrobot")
-    d = mujoco.MjData(m)
-    d.qpos[:] = [0.3, -0.2]
-    d.qvel[:] = [0.5, 1.0]
-    mujoco.mj_forward(m, d)
-    site = SitePosition(m, m.site(0).name, [0.0, 0.0, 3.0])
-    feat = ResidualFeature(CostTerm(site, weight=2.0), bandwidth=3.0)
-    problem = GDDProblem(m, d, ActuationModel(m))
-    tm = feat.model(problem)
-    # the feature vanishes exactly at the acceleration whose residual acceleration is the PD law
-    a = np.linalg.lstsq(tm.Ka, -tm.e, rcond=None)[0]
-    h = 1e-4
-
-    def r_at(s):  # r(q(s)) along q(s) = q ⊕ (s v + ½ s² a)
-        dd = mujoco.MjData(m)
-        dd.qpos[:] = d.qpos
-        mujoco.mj_integratePos(m, dd.qpos, d.qvel * s + 0.5 * a * s * s, 1.0)
-        return site(np.concatenate([dd.qpos, d.qvel]))
-
-    r0 = r_at(0.0)
-    rdot = (r_at(h) - r_at(-h)) / (2 * h)
-    rddot = (r_at(h) - 2 * r0 + r_at(-h)) / h ** 2
-    if np.linalg.matrix_rank(tm.Ka) == tm.Ka.shape[0]:
-        np.testing.assert_allclose(rddot, -9.0 * r0 - 6.0 * rdot, atol=1e-3)
-
-
 def _acrobot_gdd_state():
     from contactopt.solvers.gdd import GDDProblem
     from contactopt.solvers.gdd.problem import ActuationModel
@@ -204,16 +173,16 @@ def _acrobot_gdd_state():
     return m, d, GDDProblem(m, d, ActuationModel(m))
 
 
-def test_gdd_feature_of_a_non_quadratic_norm_asks_the_pd_law_of_its_least_squares_residual():
-    """With a smooth-abs norm the feature's rows are ``√w (P r̈ + k_p ρ + k_d P ṙ)`` (``ρ, P`` the
-    norm's least-squares residual and its Jacobian at ``r``), checked against finite-difference
-    ``ṙ, r̈`` along ``q ⊕ (s v + ½ s² a)`` for an arbitrary ``a``; a one-sided bound on its
-    allowed side asks nothing."""
+@pytest.mark.parametrize("norm", [Quadratic(), SmoothAbs(0.2)], ids=["quadratic", "smoothabs"])
+def test_gdd_feature_rows_are_the_pd_law_of_the_norms_least_squares_residual(norm):
+    """A feature's rows are ``√w (P r̈ + k_p ρ + k_d P ṙ)`` (``ρ, P`` the norm's least-squares
+    residual and its Jacobian at ``r``; ``ρ = r``, ``P = I`` for the quadratic norm), checked
+    against finite-difference ``ṙ, r̈`` along ``q ⊕ (s v + ½ s² a)`` for arbitrary ``a``: the
+    feature vanishes exactly where the residual's acceleration follows the PD law."""
     from contactopt.solvers.gdd.features import ResidualFeature
 
     m, d, problem = _acrobot_gdd_state()
     site = SitePosition(m, m.site(0).name, [0.0, 0.0, 3.0])
-    norm = SmoothAbs(0.2)
     tm = ResidualFeature(CostTerm(site, norm, weight=2.0), bandwidth=3.0).model(problem)
     h = 1e-4
     for a in (np.array([1.5, -2.0]), np.array([-0.3, 4.0])):
@@ -229,10 +198,17 @@ def test_gdd_feature_of_a_non_quadratic_norm_asks_the_pd_law_of_its_least_square
         rho, P = norm.least_squares(r0)
         law = P @ rddot + 9.0 * rho + 6.0 * (P @ rdot)
         np.testing.assert_allclose(tm.Ka @ a + tm.e, np.sqrt(2.0) * law, rtol=1e-4, atol=1e-3)
-    # the quadratic feature differs (ρ ≠ r): the norm is used, not ignored
-    tq = ResidualFeature(CostTerm(site, weight=2.0), bandwidth=3.0).model(problem)
-    assert not np.allclose(tq.e, tm.e)
-    # a one-sided bound that holds (tip height above -10 m) contributes nothing
+
+
+def test_gdd_feature_uses_the_norm_and_a_satisfied_bound_asks_nothing():
+    from contactopt.solvers.gdd.features import ResidualFeature
+
+    m, d, problem = _acrobot_gdd_state()
+    site = SitePosition(m, m.site(0).name, [0.0, 0.0, 3.0])
+    smooth = ResidualFeature(CostTerm(site, SmoothAbs(0.2), weight=2.0), bandwidth=3.0).model(problem)
+    quad = ResidualFeature(CostTerm(site, weight=2.0), bandwidth=3.0).model(problem)
+    assert not np.allclose(quad.e, smooth.e)  # ρ ≠ r: the norm is used, not ignored
+    # a one-sided bound that holds (height above -10 m) contributes nothing
     height = SitePosition(m, m.site(0).name, [0.0, 0.0, -10.0], axes="z")
     quiet = ResidualFeature(CostTerm(height, OneSidedQuadratic(), weight=5.0), bandwidth=3.0).model(problem)
     assert not np.any(quiet.Ka) and not np.any(quiet.e)
