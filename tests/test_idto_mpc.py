@@ -144,53 +144,97 @@ def test_warm_start_shift_keeps_measured_q_and_trust_radius():
 def test_failed_update_keeps_the_old_plan():
     m, pl = _acrobot_planner()
     x = np.zeros(4)
-    first = pl.reset(0.0, x)
-    good, t_good = pl.result, pl.t_plan
+    pl.reset(0.0, x)
+    real = pl.solver.solve_from_warm_start
+    t = [0.0]
+
+    def good_update():
+        pl.solver.solve_from_warm_start = real
+        t[0] += 0.05
+        upd = pl.update(t[0], x)
+        assert upd.policy is not None
+        return pl.result, pl.t_plan, upd.policy
+
+    def fail_with(solve):
+        pl.solver.solve_from_warm_start = solve
+        t[0] += 0.05
+        return pl.update(t[0], x)
 
     def broken(q_guess, **kw):
         q = np.array(q_guess, dtype=float)
         q[1:] = np.nan
         return IDTOResult(q, np.full((q.shape[0], 2), np.nan), np.zeros((q.shape[0] - 1, 2)),
-                            np.zeros((q.shape[0] - 1, 2)), math.nan, IDTOStatus.MAX_ITERATIONS, 1, (), 0.1, 0.0)
-
-    pl.solver.solve_from_warm_start = broken
-    upd = pl.update(0.05, x)
-    assert isinstance(upd, PlannerUpdate) and upd.policy is None and "finite" in upd.message
-    assert pl.result is good and pl.t_plan == t_good and pl.policy is first.policy
+                          np.zeros((q.shape[0] - 1, 2)), math.nan, IDTOStatus.MAX_ITERATIONS, 1, (), 0.1, 0.0)
 
     def factor_failed(q_guess, **kw):
         return IDTOResult(np.asarray(q_guess), np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1.0,
-                            IDTOStatus.FACTORIZATION_FAILED, 1, (), 0.1, 0.0)
+                          IDTOStatus.FACTORIZATION_FAILED, 1, (), 0.1, 0.0)
 
-    pl.solver.solve_from_warm_start = factor_failed
-    upd = pl.update(0.05, x)
-    assert upd.policy is None and "FACTORIZATION_FAILED" in upd.message and pl.result is good
+    def diverged(q_guess, **kw):
+        q = np.asarray(q_guess)
+        return IDTOResult(q, np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1e9 * (pl.result.cost + 1),
+                          IDTOStatus.MAX_ITERATIONS, 1, (), 0.1, 0.0)
+
+    def raises(q_guess, **kw):
+        raise FloatingPointError("overflow")
 
     def non_finite(q_guess, **kw):
         return IDTOResult(np.asarray(q_guess), np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), math.inf,
                           IDTOStatus.NON_FINITE, 0, (), 0.1, 0.0)
 
-    pl.solver.solve_from_warm_start = non_finite
-    upd = pl.update(0.05, x)
-    assert upd.policy is None and "NON_FINITE" in upd.message and pl.result is good
-
-    def diverged(q_guess, **kw):
-        q = np.asarray(q_guess)
-        return IDTOResult(q, np.zeros((11, 2)), np.zeros((10, 2)), np.zeros((10, 2)), 1e9 * (good.cost + 1),
-                            IDTOStatus.MAX_ITERATIONS, 1, (), 0.1, 0.0)
-
-    pl.solver.solve_from_warm_start = diverged
     pl.divergence_factor = 1e3
-    upd = pl.update(0.05, x)
-    assert upd.policy is None and "diverged" in upd.message and pl.result is good
-    assert pl.solver.trust_radius == pl.solver.options.initial_radius
+    for solve, says in ((broken, "finite"), (factor_failed, "FACTORIZATION_FAILED"), (diverged, "diverged"),
+                        (raises, "overflow"), (non_finite, "NON_FINITE")):
+        good, t_good, policy = good_update()
+        upd = fail_with(solve)
+        assert isinstance(upd, PlannerUpdate) and upd.policy is None and says in upd.message, says
+        assert pl.result is good and pl.t_plan == t_good and pl.policy is policy
+        if solve is not raises:
+            assert pl.solver.trust_radius == pl.restart_radius
 
-    def raises(q_guess, **kw):
-        raise FloatingPointError("overflow")
+    # the next update is a cold reset from the measured state after a NON_FINITE solve (its guess,
+    # the last plan resampled, cannot even be linearized) and after any two failures in a row
+    resets = []
+    cold = pl.reset
 
-    pl.solver.solve_from_warm_start = raises
-    upd = pl.update(0.05, x)
-    assert upd.policy is None and "overflow" in upd.message and pl.result is good
+    def counted_reset(t_, x_):
+        resets.append(t_)
+        return cold(t_, x_)
+
+    pl.reset = counted_reset
+    good_update()
+    assert len(resets) == 1  # right after the NON_FINITE above
+    fail_with(factor_failed)
+    good_update()
+    assert len(resets) == 1  # one failure: warm from the last good plan
+    fail_with(broken)
+    fail_with(raises)
+    good_update()
+    assert len(resets) == 2  # two in a row: cold
+    good_update()
+    assert len(resets) == 2
+
+
+def test_a_cold_plan_is_a_new_baseline_for_the_divergence_test():
+    """A goal moved far away raises every plan's cost for good: the warm updates are refused as
+    diverged, the second refusal restarts cold, and the cold plan (a new baseline) is kept."""
+    m, pl = _acrobot_planner(divergence_factor=10.0)
+    x = np.zeros(4)
+    pl.reset(0.0, x)
+    low = pl.result.cost
+    real = pl.solver.solve_from_warm_start
+
+    def expensive(q_guess, **kw):
+        res = real(q_guess, **kw)
+        return dataclasses.replace(res, cost=1e3 * (low + 1.0))
+
+    solve = pl.solver.solve
+    pl.solver.solve_from_warm_start = expensive
+    pl.solver.solve = lambda q, **kw: dataclasses.replace(solve(q, **kw), cost=1e3 * (low + 1.0))
+    assert "diverged" in pl.update(0.05, x).message
+    assert "diverged" in pl.update(0.10, x).message
+    assert pl.update(0.15, x).policy is not None  # cold, kept although 1000× the old cost
+    assert pl.update(0.20, x).policy is not None  # and the warm updates compare with it
 
 
 def test_updates_restart_from_restart_radius_after_a_collapse_or_failure():

@@ -227,7 +227,9 @@ def build_idto(task, plant, options, weights):
                        initial_iterations=options["initial_iterations"],
                        iterations_per_update=options["iterations"], kp=options["kp"], kd=options["kd"],
                        samples=options["samples"], sample_cost=cost, sample_scale=options["sample_scale"],
-                       sample_iterations=options["sample_iterations"])
+                       sample_iterations=options["sample_iterations"],
+                       divergence_factor=(math.inf if options["divergence_factor"] is None
+                                          else options["divergence_factor"]))
 
 
 register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et al. 2023), one "
@@ -252,6 +254,9 @@ register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et
                          Option("joint_limit_weight", float, None,
                                 "weight of the soft joint limits (default: 1e3 × the largest cost "
                                 "weight when the model limits a hinge or slide joint)"),
+                         Option("divergence_factor", float, None, "an update whose plan costs more than "
+                                "this times the previous plan's is refused (the last good plan is kept; a "
+                                "second failure in a row restarts cold); default: never"),
                          Option("contact", bool, True, "model contact with IDTO's compliant contact model"),
                          Option("fast_path", bool, True, "use IDTO's diagonal weights for quadratic "
                                 "tracking costs"),

@@ -296,8 +296,16 @@ class IDTOPlanner:
       initial_guess: optional ``initial_guess(t, x) -> q (T+1, nq)`` for :meth:`reset`
         (default: ``q`` held constant).  Row 0 is replaced by the measured ``q``.
       kp, kd: policy gains (``(nu,)`` or scalar, see :class:`IDTOPolicy`).
-      divergence_factor: an update whose planned cost exceeds this times the previous
-        plan's cost *and* is not finite-improving is treated as diverged (∞ = never).
+      divergence_factor: a warm update whose planned cost exceeds this times the larger of the
+        previous plan's cost and the last cold plan's (:meth:`reset`) is treated as diverged
+        (∞ = never); a cold plan is never refused for its cost (a new baseline: a moved goal or
+        a push may raise the cost for good).
+
+    After a failed update the next one restarts from the last good plan with a fresh trust
+    radius; when that fails too (two failures in a row), or at once when the solve could not
+    even linearize its guess (``IDTOStatus.NON_FINITE``: the last plan resampled overflows),
+    the next update is a cold :meth:`reset` from the measured state — a warm start from a plan
+    that cannot be repaired would fail for ever.
       restart_radius: the trust radius ``Δ`` (scaled units, > 0) the next update starts from
         after a solve whose radius collapsed (every converged first plan ends so) or that
         failed; default ``options.initial_radius`` (where that is None, each restart scales the
@@ -347,6 +355,8 @@ class IDTOPlanner:
         self.initial_guess = initial_guess
         self.kp, self.kd = kp, kd
         self.divergence_factor = float(divergence_factor)
+        if not self.divergence_factor > 1.0:  # NaN included
+            raise ParameterError(f"divergence_factor must be > 1 (or inf: never), got {divergence_factor!r}")
         self.restart_radius = (options.initial_radius if restart_radius is None
                                else check_positive("restart_radius", restart_radius))
         self.h, self.T = problem.h, problem.T
@@ -367,6 +377,9 @@ class IDTOPlanner:
             raise ParameterError(f"sample_iterations must be an integer >= 1, got {sample_iterations!r}")
         self.sample_iterations = int(sample_iterations)
         self._sampler = None
+        self._failures_in_row = 0
+        self._cold_restart = False
+        self._reset_cost = 0.0  # the last cold plan's cost: a floor of the divergence test's baseline
         self.seed(0)
 
     def seed(self, seed: int) -> None:
@@ -434,7 +447,7 @@ class IDTOPlanner:
         timing = res.timing()
         return {k: timing[k] for k in BREAKDOWN_KEYS}
 
-    def _finish(self, t: float, res: IDTOResult, start: float) -> PlannerUpdate:
+    def _finish(self, t: float, res: IDTOResult, start: float, *, cold: bool = False) -> PlannerUpdate:
         ok, why = True, res.status.name
         if res.status is IDTOStatus.TRUST_REGION_COLLAPSED:
             # no decrease found: the plan is still the best known (finite, checked below), but a
@@ -445,12 +458,17 @@ class IDTOPlanner:
         elif not (np.isfinite(res.q).all() and np.isfinite(res.v).all() and np.isfinite(res.tau).all()
                   and math.isfinite(res.cost)):
             ok, why = False, "IDTO plan is not finite"
-        elif (self.result is not None and math.isfinite(self.divergence_factor)
-              and res.cost > self.divergence_factor * max(self.result.cost, 1e-12)):
-            ok, why = False, f"IDTO diverged: cost {res.cost:.4g} > {self.divergence_factor:g} × {self.result.cost:.4g}"
+        elif (not cold and self.result is not None and math.isfinite(self.divergence_factor)
+              and res.cost > self.divergence_factor * max(self.result.cost, self._reset_cost, 1e-12)):
+            ok, why = False, (f"IDTO diverged: cost {res.cost:.4g} > {self.divergence_factor:g} × "
+                              f"{max(self.result.cost, self._reset_cost):.4g}")
         if not ok:
-            # next update restarts from the last good plan with a fresh trust radius
+            # next update restarts from the last good plan with a fresh trust radius; after a
+            # second failure in a row, or a guess that cannot be linearized, from scratch
             self.solver.trust_radius = self.restart_radius
+            self._failures_in_row += 1
+            if res.status is IDTOStatus.NON_FINITE or self._failures_in_row >= 2:
+                self._cold_restart = True
             wall = time.perf_counter() - start
             return PlannerUpdate(None, float(res.cost), res.iterations, wall, self._breakdown(res), why)
         if self._key() != self._gains_key:  # kp / kd changed since the last plan
@@ -459,6 +477,9 @@ class IDTOPlanner:
                             self.kp, self.kd,
                             _gains=self._gains)
         self.result, self.t_plan, self.policy = res, float(t), policy
+        self._failures_in_row, self._cold_restart = 0, False
+        if cold:
+            self._reset_cost = float(res.cost)
         wall = time.perf_counter() - start
         return PlannerUpdate(policy, float(res.cost), res.iterations, wall, self._breakdown(res), why)
 
@@ -485,12 +506,12 @@ class IDTOPlanner:
             res = self.solver.solve(qg, max_iterations=self.initial_iterations)
         except (ContactoptError, FloatingPointError, np.linalg.LinAlgError) as exc:
             return PlannerUpdate(None, compute_time=time.perf_counter() - start, message=f"IDTO reset failed: {exc}")
-        return self._finish(t, res, start)
+        return self._finish(t, res, start, cold=True)
 
     def update(self, t: float, x) -> PlannerUpdate:
         """One receding-horizon update from the state ``x`` measured at time ``t``."""
         t = check_finite("t", t)
-        if self.result is None:
+        if self.result is None or self._cold_restart:
             return self.reset(t, x)
         start = time.perf_counter()
         try:
@@ -500,5 +521,7 @@ class IDTOPlanner:
             if self.samples and np.isfinite(res.q).all() and math.isfinite(res.cost):
                 res = self._sample(res)
         except (ContactoptError, FloatingPointError, np.linalg.LinAlgError) as exc:
+            self._failures_in_row += 1
+            self._cold_restart = self._failures_in_row >= 2
             return PlannerUpdate(None, compute_time=time.perf_counter() - start, message=f"IDTO update failed: {exc}")
         return self._finish(t, res, start)
