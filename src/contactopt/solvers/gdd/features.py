@@ -6,11 +6,11 @@ term: the residual should evolve like a critically damped spring, so its acceler
 ``r̈`` (position-level residuals) or its rate ``ṙ`` (velocity-level residuals) is asked to
 follow a PD law, and the term is the weighted squared miss::
 
-    position level (∂r/∂v = 0):  ℓ(a) = (w/2) ‖J_q a + J̇_q v + k_p r + k_d J_q v‖²_N
-    velocity level (∂r/∂v ≠ 0):  ℓ(a) = (w/2) ‖J_v a + J_q v + k_v r‖²_N
+    position level (∂r/∂v = 0):  ℓ(a) = (w/2) ‖J_q a + J̇_q v + k_p r + k_d J_q v‖²
+    velocity level (∂r/∂v ≠ 0):  ℓ(a) = (w/2) ‖J_v a + J_q v + k_v r‖²
 
-with ``J_q = ∂r/∂q`` (tangent space), ``J_v = ∂r/∂v`` and ``J̇_q v = d²r(q ⊕ s v)/ds²`` (a
-central second difference along the velocity).  Gains: ``k_p = ω²``, ``k_d = 2ω`` (critical
+for the quadratic norm, with ``J_q = ∂r/∂q`` (tangent space), ``J_v = ∂r/∂v`` and
+``J̇_q v = d²r(q ⊕ s v)/ds²`` (a central second difference along the velocity).  Gains: ``k_p = ω²``, ``k_d = 2ω`` (critical
 damping), ``k_v = ω``, with ``ω`` [1/s] the planner's ``bandwidth``.
 
 A non-quadratic norm ``n`` (smooth-abs, cosh, L2, one-sided) enters in its Gauss-Newton form,
