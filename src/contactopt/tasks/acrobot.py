@@ -23,15 +23,13 @@ Experiment logs: docs/experiments/acrobot-swingup-ilqg.md, docs/experiments/acro
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import mujoco
 import numpy as np
 
 from ..costs import MechanicalEnergy
-from . import register_task
-from .idto_task import IDTOTask, idto_runner
-from .mpc_task import MPCTask, as_task, ilqg_runner
+from .idto_task import IDTOTask, register_idto_task
+from .mpc_task import MPCTask, register_ilqg_task
 
 __all__ = ["ACROBOT_ILQG", "ACROBOT_IDTO", "success", "initial_state"]
 
@@ -167,8 +165,5 @@ ACROBOT_IDTO = IDTOTask(
     solver=dict(initial_radius=1.0),
 )
 
-register_task("acrobot", "ilqg", ilqg_runner(ACROBOT_ILQG), model="acrobot",
-              description=ACROBOT_ILQG.description, default_seconds=ACROBOT_ILQG.default_seconds,
-              task_factory=partial(as_task, ACROBOT_ILQG))
-register_task("acrobot", "idto", idto_runner(ACROBOT_IDTO), model="acrobot",
-              description=ACROBOT_IDTO.description, default_seconds=ACROBOT_IDTO.default_seconds)
+register_ilqg_task(ACROBOT_ILQG)
+register_idto_task(ACROBOT_IDTO)

@@ -38,7 +38,6 @@ import mujoco
 import numpy as np
 
 from ..nominal import free_joint
-from . import register_task
 from .bimanual_box_nominal import (
     _TABLE_TOP,
     BOX_BUDGET,
@@ -53,7 +52,7 @@ from .bimanual_box_nominal import (
     box_pose_error,
     make_bimanual_nominal,
 )
-from .idto_task import IDTOTask, idto_runner
+from .idto_task import IDTOTask, register_idto_task
 
 __all__ = ["BIMANUAL_BOX", "BOX_ARM_WEIGHT", "BOX_PLANNER_FRICTION", "box_success_factory",
            "replay_schedule", "box_paper_overrides", "box_grasp_overrides"]
@@ -219,5 +218,4 @@ def box_grasp_overrides(targets=None, grasp_targets=None, tip_targets=None) -> d
         contact=dict(BIMANUAL_BOX.contact))
 
 
-register_task(BIMANUAL_BOX.name, "idto", idto_runner(BIMANUAL_BOX), model=BIMANUAL_BOX.model,
-              description=BIMANUAL_BOX.description, default_seconds=BIMANUAL_BOX.default_seconds)
+register_idto_task(BIMANUAL_BOX)

@@ -32,8 +32,7 @@ import numpy as np
 
 from ..nominal import free_joint, home_qpos, planner_rest_offset, pose_ramp
 from ..rotations import orientation_error, quat_from_axis_angle
-from . import register_task
-from .idto_task import IDTOTask, idto_runner
+from .idto_task import IDTOTask, register_idto_task
 
 __all__ = ["HAND_BALL", "hand_ball_target", "hand_ball_error_deg", "ball_in_hand"]
 
@@ -157,5 +156,4 @@ HAND_BALL = IDTOTask(
 )
 
 
-register_task(HAND_BALL.name, "idto", idto_runner(HAND_BALL), model=HAND_BALL.model,
-              description=HAND_BALL.description, default_seconds=HAND_BALL.default_seconds)
+register_idto_task(HAND_BALL)

@@ -15,8 +15,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from . import register_task
-from .idto_task import IDTOTask, idto_runner
+from .idto_task import IDTOTask, register_idto_task
 
 __all__ = ["HOPPER"]
 
@@ -132,5 +131,4 @@ HOPPER = IDTOTask(
 )
 
 
-register_task(HOPPER.name, "idto", idto_runner(HOPPER), model=HOPPER.model,
-              description=HOPPER.description, default_seconds=HOPPER.default_seconds)
+register_idto_task(HOPPER)

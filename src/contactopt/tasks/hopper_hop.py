@@ -23,12 +23,9 @@ Experiment log: docs/experiments/hopper-hop-ilqg.md.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
-from . import register_task
-from .mpc_task import MPCTask, as_task, ilqg_runner
+from .mpc_task import MPCTask, register_ilqg_task
 
 __all__ = ["HOPPER_HOP"]
 
@@ -150,6 +147,4 @@ HOPPER_HOP = MPCTask(
           "lag_compensation": "auto"},
 )
 
-register_task(HOPPER_HOP.name, "ilqg", ilqg_runner(HOPPER_HOP), model=HOPPER_HOP.model,
-              description=HOPPER_HOP.description, default_seconds=HOPPER_HOP.default_seconds,
-              task_factory=partial(as_task, HOPPER_HOP))
+register_ilqg_task(HOPPER_HOP)

@@ -312,14 +312,9 @@ HUMANOID_GETUP = _build_task()
 
 
 def _register() -> None:
-    from functools import partial
+    from .mpc_task import register_ilqg_task
 
-    from . import register_task
-    from .mpc_task import as_task, ilqg_runner
-
-    for task in (HUMANOID_GETUP,):
-        register_task(task.name, "ilqg", ilqg_runner(task), model=task.model, description=task.description,
-                      default_seconds=task.default_seconds, task_factory=partial(as_task, task))
+    register_ilqg_task(HUMANOID_GETUP)
 
 
 _register()

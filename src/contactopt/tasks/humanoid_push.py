@@ -80,14 +80,9 @@ HUMANOID_PUSH = _build_push_task()
 
 
 def _register() -> None:
-    from functools import partial
+    from .mpc_task import register_ilqg_task
 
-    from . import register_task
-    from .mpc_task import as_task, ilqg_runner
-
-    for task in (HUMANOID_PUSH,):
-        register_task(task.name, "ilqg", ilqg_runner(task), model=task.model, description=task.description,
-                      default_seconds=task.default_seconds, task_factory=partial(as_task, task))
+    register_ilqg_task(HUMANOID_PUSH)
 
 
 _register()

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ["IDTOTask", "build_idto_planner", "run_idto_task", "idto_runner"]
+__all__ = ["IDTOTask", "build_idto_planner", "run_idto_task", "idto_runner", "register_idto_task"]
 
 
 @dataclass(frozen=True)
@@ -214,3 +214,11 @@ def idto_runner(task: IDTOTask):
 
     run.task = task
     return run
+
+
+def register_idto_task(task: IDTOTask) -> None:
+    """Register ``task``'s IDTO runner (:func:`idto_runner`) in the task registry under ``task.name``."""
+    from . import register_task
+
+    register_task(task.name, "idto", idto_runner(task), model=task.model, description=task.description,
+                  default_seconds=task.default_seconds)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ParameterError
 
-__all__ = ["MPCTask", "run_ilqg_task", "ilqg_runner", "build_ilqg_planner", "as_task"]
+__all__ = ["MPCTask", "run_ilqg_task", "ilqg_runner", "build_ilqg_planner", "as_task", "register_ilqg_task"]
 
 
 @dataclass(frozen=True)
@@ -238,3 +238,14 @@ def ilqg_runner(task: MPCTask):
 
     run.task = task  # bench ilqg finds the task through its runner
     return run
+
+
+def register_ilqg_task(task: MPCTask) -> None:
+    """Register ``task`` in the task registry: its iLQG runner (:func:`ilqg_runner`) and its
+    planner-independent form (:func:`as_task`), under ``task.name``."""
+    from functools import partial
+
+    from . import register_task
+
+    register_task(task.name, "ilqg", ilqg_runner(task), model=task.model, description=task.description,
+                  default_seconds=task.default_seconds, task_factory=partial(as_task, task))

@@ -50,8 +50,7 @@ import numpy as np
 
 from ..errors import ParameterError, as_array
 from ..terrain import base_height, base_tilt, terrain_height
-from . import register_task
-from .idto_task import IDTOTask, idto_runner
+from .idto_task import IDTOTask, register_idto_task
 
 __all__ = ["QUADRUPED", "QUADRUPED_HILLS", "QUAD_HOME", "QUAD_SPEED", "quadruped_nominal",
            "restrict_planner_contacts", "is_fallen", "count_falls", "quadruped_report"]
@@ -286,5 +285,4 @@ QUADRUPED_HILLS = dataclasses.replace(
 TASKS = (QUADRUPED, QUADRUPED_HILLS)
 
 for _task in TASKS:
-    register_task(_task.name, "idto", idto_runner(_task), model=_task.model, description=_task.description,
-                  default_seconds=_task.default_seconds)
+    register_idto_task(_task)

@@ -13,8 +13,7 @@ import math
 
 import numpy as np
 
-from . import register_task
-from .idto_task import IDTOTask, idto_runner
+from .idto_task import IDTOTask, register_idto_task
 
 __all__ = ["SPINNER"]
 
@@ -90,5 +89,4 @@ SPINNER = IDTOTask(
 )
 
 
-register_task(SPINNER.name, "idto", idto_runner(SPINNER), model=SPINNER.model,
-              description=SPINNER.description, default_seconds=SPINNER.default_seconds)
+register_idto_task(SPINNER)

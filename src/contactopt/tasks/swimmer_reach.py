@@ -16,12 +16,9 @@ Experiment notes: docs/experiments/acrobot-swingup-ilqg.md.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
-from . import register_task
-from .mpc_task import MPCTask, as_task, ilqg_runner
+from .mpc_task import MPCTask, register_ilqg_task
 
 __all__ = ["SWIMMER_REACH"]
 
@@ -97,6 +94,4 @@ SWIMMER_REACH = MPCTask(
 )
 
 
-register_task(SWIMMER_REACH.name, "ilqg", ilqg_runner(SWIMMER_REACH), model=SWIMMER_REACH.model,
-              description=SWIMMER_REACH.description, default_seconds=SWIMMER_REACH.default_seconds,
-              task_factory=partial(as_task, SWIMMER_REACH))
+register_ilqg_task(SWIMMER_REACH)
