@@ -585,11 +585,15 @@ class GuiApp:
         next_plot = 0.0
         next_trace = 0.0
         last_version = recorded_version = None
+        was_watched = False
         while not self._stop.is_set():
             now = time.perf_counter()
             try:
                 contacts = self._show_contacts.value
                 watched = bool(self.server.get_clients())
+                if was_watched and not watched:
+                    self._dragging, self._drag_start = False, None  # the last client left mid-drag
+                was_watched = watched
                 if not watched:
                     # nobody to draw for: no scene, trace or plot messages (their serialization
                     # holds the GIL the planner needs); a recording still samples the plant
@@ -600,7 +604,6 @@ class GuiApp:
                             self._record(snap)
                     self._plant.resend()  # the next client gets every body, the plan and the plots at once
                     self._trace_policy = None
-                    self._dragging, self._drag_start = False, None  # a client that left mid-drag
                     next_plot = 0.0
                     last_version = snap = None
                 else:
