@@ -144,12 +144,27 @@ def test_bench_robustness_on_a_task_file_end_to_end(tmp_path):
     rows = result["rows"]
     assert [r["value"] for r in rows] == list(rb.GRID["latency"])
     assert all(r["successes"] + sum(r["failures"].values()) == 1 for r in rows)
+    assert {r["mode"] for r in rows} == {"sync measured lag"} and not result["deterministic"]
     assert result["breaks"][0]["parameter"] == "latency"
     assert Path(result["plots"][0]).stat().st_size > 10_000
     assert "where each pair breaks" in rb.table(result)
     proc = subprocess.run([sys.executable, "-m", "contactopt", "bench", "robustness", "--tasks", "nope",
                            "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "contactopt: error:" in proc.stderr and "nope" in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_robustness_deterministic_runs_at_the_calibrated_fixed_lag(tmp_path, monkeypatch):
+    """--deterministic: the pair's lag is calibrated once (into the cache under XDG_CACHE_HOME)
+    before the runs, every run uses that fixed lag, and the rows say so."""
+    from contactopt.mpc import calibration
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    task_file = str(EXAMPLES / "pendulum" / "pendulum_task.py")
+    result = rb.run(tasks=[task_file], planner="ilqg", seeds="0:1", parameters=["latency"], deterministic=True)
+    assert result["deterministic"] and {r["mode"] for r in result["rows"]} == {"sync fixed lag"}
+    cached = json.loads(calibration.cache_path().read_text())
+    assert len(cached) == 1 and "sync fixed lag" in rb.table(result)
 
 
 def test_cli_run_takes_gain_scale_and_latency_and_reports_them():

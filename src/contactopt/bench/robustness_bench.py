@@ -11,6 +11,11 @@ planner keeps:
 * ``latency`` — seconds (0 … 40 ms) between each plan and its application that the planner is
   not told about (:attr:`~contactopt.mpc.MPCSettings.added_latency`; sync mode).
 
+With ``deterministic`` (``bench robustness --deterministic``) a pair that measures its policy
+lag runs with the fixed lag calibrated once on this machine instead
+(:mod:`contactopt.mpc.calibration`, as ``bench tasks --deterministic``), so its rates do not depend
+on the machine's load; the latency parameter then adds to that fixed lag.
+
 The nominal run (all scales 1, no latency) is run once per seed and shared by the four
 parameters.  Each run is one unit on the sweep engine (``bench --workers N``: a process pool),
 like ``bench tasks``; a run is a success when the task's success test held (the failure kinds
@@ -30,7 +35,7 @@ from pathlib import Path
 
 from ..errors import ContactoptError, ParameterError
 from ..progress import progress_bar
-from ..sweep.units import error_kind, failure_kind
+from ..sweep.units import error_kind, failure_kind, run_mode
 from . import Benchmark, format_table, register_benchmark
 
 __all__ = ["DEFAULT_TASKS", "GRID", "NOMINAL", "BREAK_RATE", "RobustnessUnit", "run_robustness_unit",
@@ -61,13 +66,18 @@ class RobustnessUnit:
     seed: int
     parameter: str | None
     value: float
+    deterministic: bool = False
+    calibration_seed: int = 0
 
 
-def _runner(task_name: str, planner: str):
+def _runner(task_name: str, planner: str, *, deterministic: bool = False, calibration_seed: int = 0):
     """``(seed, **errors) -> report`` of one pair: the task's bundled runner for ``planner`` (which
-    takes the model-error keywords), or its planner-independent form through ``run_task``."""
+    takes the model-error keywords), or its planner-independent form through ``run_task``.  With
+    ``deterministic`` a measured lag is replaced by the pair's calibrated fixed lag (calibrated on a
+    run of ``calibration_seed``, cached per machine)."""
     import inspect
 
+    from ..mpc.calibration import CALIBRATION_SECONDS, calibrated_lag, runner_fixed_lag
     from ..mpc.task_runner import run_task
     from .tasks_bench import resolve_pair
 
@@ -78,8 +88,16 @@ def _runner(task_name: str, planner: str):
         if missing:
             raise ParameterError(f"the {planner} runs of {task_name} take no plant model error "
                                  f"({', '.join(missing)})")
-        return lambda seed, **errors: runner(seed=seed, stop_on_success=True, **errors)
-    return lambda seed, **errors: run_task(task, planner, seed=seed, stop_on_success=True, **errors).report
+        options: dict = {}
+        if deterministic:
+            runner_fixed_lag(task_name, planner, runner, options, calibration_seed)
+        return lambda seed, **errors: runner(seed=seed, stop_on_success=True, **options, **errors)
+    lag = None
+    if deterministic:
+        lag, _ = calibrated_lag(task.name, planner, 1.0, lambda: run_task(
+            task, planner, seed=calibration_seed, seconds=min(CALIBRATION_SECONDS, task.duration)).report)
+    return lambda seed, **errors: run_task(task, planner, seed=seed, lag=lag, stop_on_success=True,
+                                           **errors).report
 
 
 _RUNNERS: dict = {}
@@ -87,17 +105,20 @@ _RUNNERS: dict = {}
 
 def run_robustness_unit(unit: RobustnessUnit) -> dict:
     """Run one unit (here or in a worker): ``{"kind": None | "fell" | "timeout" | "error: …",
-    "wall_s"}`` (``kind`` None = success)."""
+    "mode": the run's lag mode (:func:`~contactopt.sweep.units.run_mode`) or None, "wall_s"}``
+    (``kind`` None = success)."""
     t0 = time.perf_counter()
-    key = (unit.task, unit.planner)
+    key = (unit.task, unit.planner, unit.deterministic, unit.calibration_seed)
     try:
         if key not in _RUNNERS:
-            _RUNNERS[key] = _runner(unit.task, unit.planner)
+            _RUNNERS[key] = _runner(unit.task, unit.planner, deterministic=unit.deterministic,
+                                    calibration_seed=unit.calibration_seed)
         errors = {} if unit.parameter is None else {unit.parameter: unit.value}
-        kind = failure_kind(_RUNNERS[key](unit.seed, **errors))
+        report = _RUNNERS[key](unit.seed, **errors)
+        kind, mode = failure_kind(report), run_mode(report)
     except ContactoptError as exc:
-        kind = error_kind(exc)
-    return {"kind": kind, "wall_s": time.perf_counter() - t0}
+        kind, mode = error_kind(exc), None
+    return {"kind": kind, "mode": mode, "wall_s": time.perf_counter() - t0}
 
 
 def breaks(rows: list[dict], threshold: float = BREAK_RATE) -> list[dict]:
@@ -135,7 +156,8 @@ def _grid(parameters) -> dict:
 
 
 def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, seeds="0:4", tasks=None,
-        planner: str | None = None, plots=None, parameters=None, workers: int | None = None) -> dict:
+        planner: str | None = None, plots=None, parameters=None, workers: int | None = None,
+        deterministic: bool = False) -> dict:
     """Success rate of each task × planner pair against each plant parameter's values.
 
     Args:
@@ -148,12 +170,15 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
         parameter, one line per planner).
       parameters: subset of :data:`GRID`'s keys (default all four).
       workers: worker processes of the sweep engine (default 1, or ``bench --workers``).
+      deterministic: pairs that measure their lag run at the fixed lag calibrated once on this
+        machine (calibrated here, before the runs start, from the first seed).
 
     Returns:
       ``{"rows": [{"task", "planner", "parameter", "value", "success_rate", "successes", "seeds",
-      "failures"}, ...], "breaks": :func:`breaks`, "grid", "loadavg_1min": {"start", "end"},
-      "cpu_count", "wall_s", "plots": [paths]}``; each parameter's rows include the nominal value
-      (the same runs for every parameter).
+      "failures", "mode"}, ...], "breaks": :func:`breaks`, "grid", "deterministic",
+      "loadavg_1min": {"start", "end"}, "cpu_count", "wall_s", "plots": [paths]}``; each
+      parameter's rows include the nominal value (the same runs for every parameter); ``mode`` is
+      the pair's lag mode (:func:`contactopt.sweep.units.run_mode` of its nominal runs).
     """
     from . import tasks_bench
     from ..sweep.engines import Lost, make_engine
@@ -169,10 +194,18 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ParameterError(f"--workers must be an integer >= 1, got {workers!r}")
     settings = [(None, 0.0)] + [(p, v) for p, values in grid.items() for v in values if v != NOMINAL[p]]
-    units = [RobustnessUnit(t, p, s, param, float(v)) for t, p in todo for param, v in settings for s in seeds]
+    units = [RobustnessUnit(t, p, s, param, float(v), bool(deterministic), seeds.start)
+             for t, p in todo for param, v in settings for s in seeds]
     outcomes: dict = {}
+    modes: dict = {}
     load_start = tasks_bench._loadavg()
     t0 = time.perf_counter()
+    if deterministic:  # calibrate (and cache) every pair's lag here, one at a time, before the workers start
+        for t, p in todo:
+            try:
+                _runner(t, p, deterministic=True, calibration_seed=seeds.start)
+            except ContactoptError:
+                pass  # the pair's units report the error
     with progress_bar(total=len(units), desc="bench robustness", unit="run", enable=progress) as bar, \
             make_engine(workers, inline=workers == 1) as engine:
         try:
@@ -180,6 +213,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
                 if isinstance(value, Lost):
                     value = {"kind": f"error: worker lost: {value.message}", "wall_s": 0.0}
                 outcomes.setdefault((unit.task, unit.planner, unit.parameter, unit.value), []).append(value["kind"])
+                if unit.parameter is None and value.get("mode"):
+                    modes[(unit.task, unit.planner)] = value["mode"]
                 bar.update(1)
         finally:
             _RUNNERS.clear()
@@ -195,8 +230,10 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
                 ok = sum(k is None for k in kinds)
                 rows.append({"task": t, "planner": p, "parameter": param, "value": float(v),
                              "success_rate": ok / len(seeds), "successes": ok,
-                             "seeds": f"{seeds.start}:{seeds.stop}", "failures": fails})
+                             "seeds": f"{seeds.start}:{seeds.stop}", "failures": fails,
+                             "mode": modes.get((t, p))})
     result = {"rows": rows, "breaks": breaks(rows), "grid": {k: list(v) for k, v in grid.items()},
+              "deterministic": bool(deterministic),
               "loadavg_1min": {"start": load_start, "end": tasks_bench._loadavg()},
               "cpu_count": os.cpu_count(), "workers": workers, "wall_s": round(time.perf_counter() - t0, 1),
               "plots": []}
@@ -253,8 +290,9 @@ def table(result: dict) -> str:
         n = len(range(*map(int, mine[0]["seeds"].split(":")))) if mine else 0
         scale, unit = (1e3, " ms") if param == "latency" else (1.0, "")
         rates = "  ".join(f"{r['value'] * scale:g}{unit}: {r['successes']}/{n}" for r in mine)
-        rows.append({"task": task, "planner": planner, "parameter": param, "rates": rates})
-    lines.append(format_table(rows, [("task", "task", "{}"), ("planner", "planner", "{}"),
+        mode = next((r.get("mode") for r in mine if r.get("mode")), None) or "?"
+        rows.append({"task": task, "planner": planner, "mode": mode, "parameter": param, "rates": rates})
+    lines.append(format_table(rows, [("task", "task", "{}"), ("planner", "planner", "{}"), ("mode", "mode", "{}"),
                                      ("parameter", "parameter", "{}"), ("rates", "successes at each value", "{}")]))
     brk = []
     for b in result["breaks"]:
@@ -278,5 +316,5 @@ register_benchmark(Benchmark(
                 "(--tasks, --planner, --seeds A:B, --plots)",
     run=run,
     table=table,
-    options=("seeds", "plots", "tasks", "planner", "workers"),
+    options=("seeds", "plots", "tasks", "planner", "workers", "deterministic"),
 ))
