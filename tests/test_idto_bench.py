@@ -233,3 +233,20 @@ def test_horizon_sweep_rows_fits_and_cli(tmp_path):
     other = subprocess.run([sys.executable, "-m", "contactopt", "bench", "tasks", "--horizon-sweep"],
                            capture_output=True, text=True, timeout=60)
     assert other.returncode == 1 and "has no horizon sweep" in other.stderr
+
+
+def test_convex_newton_step_row_and_its_line():
+    """The convex model's Newton step (item 5 of bench idto): a short quadruped problem, every
+    iteration that linearized counted, the per-core comparison computed from the measured median."""
+    row = ib.convex_newton_step("quadruped", horizon=4, iterations=2, workers=1)
+    assert row["backend"] == "convex" and row["horizon_steps"] == 4 and row["nv"] == 18
+    assert row["newton_steps"] >= 1 and row["newton_step_ms"] > 0
+    assert row["newton_step_ms_min"] <= row["newton_step_ms"]
+    assert {"jacobian", "residual", "factor"} <= set(row["breakdown_ms"])
+    assert row["core_seconds"] == pytest.approx(row["newton_step_ms"] / 1e3)
+    assert row["paper_core_seconds"] == pytest.approx(0.16 * 12)
+    assert row["per_core_ratio"] == pytest.approx(row["core_seconds"] / 1.92)
+    line = ib.table({"tasks": [], "settings": {}, "cpu_count": 2, "newton_step": row})
+    assert "convex Newton step (quadruped, 4 knots of 50 ms" in line and "per core" in line
+    with pytest.raises(ParameterError, match="iterations must be"):
+        ib.convex_newton_step(iterations=0)

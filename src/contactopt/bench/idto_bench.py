@@ -38,6 +38,11 @@ builds it, the problem's Jacobian workers set to ``os.cpu_count()``:
    does not reach the cost is reported as such, its ratio a lower bound (``≥``).
    ``scipy_time_ratio`` = scipy time / our time, likewise ``mujoco_minimize_time_ratio``.
 
+5. **The convex model's full Newton step** (when the quadruped is among the tasks):
+   :func:`~contactopt.bench.idto_measure.convex_newton_step` — ``contactopt optimize quadruped
+   --backend convex`` 's problem (40 knots of 50 ms, κ 0.1; quick: 8 knots), its median time per
+   full Newton step and the per-core comparison with the convex model paper's 160 ms on 12 cores.
+
 **Horizon sweep (the paper's Fig. 4; ``--horizon-sweep``, run instead of 1–4).** Time per
 iteration against the planning horizon ``T`` (steps) for both treatments of underactuation on
 the quadruped and the hand (or the tasks named with ``--model``): :func:`horizon_sweep` solves
@@ -73,12 +78,14 @@ from ..native.blas import single_threaded_blas
 from . import Benchmark, format_table, register_benchmark
 from .idto_measure import (  # noqa: F401  (the private names: re-exported for their users)
     METHODS,
+    PAPER_NEWTON_STEP,
     _build_planner,
     _initial_state,
     _options,
     _retraction_jacobian,
     _Stop,
     convergence,
+    convex_newton_step,
     generic_least_squares,
     idto_tasks,
     iteration_breakdown,
@@ -101,7 +108,10 @@ __all__ = ["run", "table", "idto_tasks", "benchmark_task", "open_loop_problem", 
            "horizon_sweep", "growth_exponent", "plot_horizon_sweep", "SWEEP_HORIZONS", "SWEEP_TASKS",
            "iteration_breakdown", "our_solve_time", "generic_least_squares", "mpc_rate",
            "plot_convergence", "MPC_TARGETS_HZ", "SPEEDUP_TARGET", "SETTINGS",
-           "QUICK_SETTINGS"]
+           "QUICK_SETTINGS", "convex_newton_step", "PAPER_NEWTON_STEP", "NEWTON_STEP_TASK"]
+
+#: the task whose convex-model Newton step is timed (the paper's 3D walking gait: our quadruped)
+NEWTON_STEP_TASK = "quadruped"
 
 #: issue 5's MPC-rate targets on the 2-core machines [Hz]; other tasks use ``task.rate_target_hz``
 MPC_TARGETS_HZ = {"spinner": 200.0, "hopper": 100.0, "quadruped": 60.0, "hand-ball": 10.0,
@@ -286,8 +296,10 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
       settings: overrides of individual knobs of :data:`SETTINGS`.
 
     Returns:
-      ``{"tasks": [row, ...], "quick", "settings", "cpu_count", "blas_threads_limited", "targets"}``
-      with rows as :func:`benchmark_task`; with ``horizon_sweep``: ``{"tasks": [], "horizon_sweep":
+      ``{"tasks": [row, ...], "quick", "settings", "cpu_count", "blas_threads_limited", "targets",
+      "newton_step"}`` with rows as :func:`benchmark_task` and ``newton_step`` as
+      :func:`convex_newton_step` (None when the quadruped is not among the tasks; ``{"task",
+      "error"}`` when it failed); with ``horizon_sweep``: ``{"tasks": [], "horizon_sweep":
       [row, ...], "horizon_fit": [fit, ...], "plot", "quick", "cpu_count", "blas_threads_limited"}``
       with rows and fits as :func:`horizon_sweep`.
 
@@ -310,12 +322,18 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
     if not tasks:
         raise ParameterError("no IDTO task is registered")
     rows = []
+    newton = None
     with progress_bar(total=PHASES_PER_TASK * len(tasks), desc="bench idto", unit="phase", enable=progress) as bar, \
             single_threaded_blas() as limited:
         for task in tasks:
             rows.append(benchmark_task(task, settings=s, plots=plots, progress_cb=lambda: bar.update(1)))
+        if any(t.name == NEWTON_STEP_TASK for t in tasks):
+            try:
+                newton = convex_newton_step(NEWTON_STEP_TASK, horizon=8 if quick else 40, iterations=2 if quick else 3)
+            except ContactoptError as exc:
+                newton = {"task": NEWTON_STEP_TASK, "error": str(exc)}
     return {"tasks": rows, "quick": bool(quick), "settings": s, "cpu_count": os.cpu_count(),
-            "blas_threads_limited": limited,
+            "blas_threads_limited": limited, "newton_step": newton,
             "targets": {"mpc_hz": MPC_TARGETS_HZ, "speedup_vs_generic": SPEEDUP_TARGET}}
 
 
@@ -385,6 +403,14 @@ def table(result: dict) -> str:
                          f"{g['residual_evaluations']} residuals{'' if g['reached'] else ', ' + g['stopped']})")
         notes.append(f"{r['task']}: our {r['compare_iterations']} iterations {r['our_compare_seconds']:.3g} s "
                      f"-> cost {r['target_cost']:.4g}; " + "; ".join(parts))
+    nw = result.get("newton_step")
+    if nw and nw.get("error"):
+        notes.append(f"convex Newton step ({nw['task']}): failed ({nw['error']})")
+    elif nw and nw.get("newton_step_ms") is not None:
+        notes.append(f"convex Newton step ({nw['task']}, {nw['horizon_steps']} knots of {nw['time_step'] * 1e3:g} ms, "
+                     f"nv {nw['nv']}, κ {nw['kappa']:g}): median {nw['newton_step_ms']:.0f} ms on {nw['workers']} "
+                     f"thread(s) = {nw['core_seconds']:.2f} core-s; the paper {nw['paper_core_seconds']:.2f} core-s "
+                     f"(160 ms × 12 cores): {nw['per_core_ratio']:.2f}× per core")
     for r in result["tasks"]:
         if r["mpc"].get("error"):
             notes.append(f"{r['task']}: MPC run failed ({r['mpc']['error']})")
