@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(bench ilqg/idto: a count, default 10; bench tasks: default 0:8)")
     b.add_argument("--tasks", action="append", default=None, metavar="TASK",
                    help="bench tasks: a bundled task name or task file (repeatable or comma-separated; "
-                        "default: every bundled task)")
+                        "default: every bundled task); task:NAME runs a bundled task's planner-independent "
+                        "form with the generic planners even where the task has its own runner")
     b.add_argument("--planner", default=None, help="bench tasks: run only this planner")
     b.add_argument("--load", action="store_true",
                    help="bench tasks: keep one core busy with another process for the whole run")

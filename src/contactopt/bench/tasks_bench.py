@@ -96,9 +96,15 @@ def busy_core(enable: bool = True):
         proc.join(5.0)
 
 
+#: ``task:NAME`` in a task list: the bundled task's planner-independent form, run by the generic
+#: planners even where the task has its own runner for that planner
+TASK_FORM_PREFIX = "task:"
+
+
 def pairs(tasks=None, planner: str | None = None) -> list[tuple[str, str]]:
-    """The ``(task, planner)`` pairs to run: each bundled task (or task file) in ``tasks`` (all
-    bundled tasks by default) with each planner it is checked with, or only ``planner``."""
+    """The ``(task, planner)`` pairs to run: each bundled task (or task file, or ``task:NAME``: a
+    bundled task's planner-independent form) in ``tasks`` (all bundled tasks by default) with each
+    planner it is checked with (a file or form: :data:`FILE_PLANNERS`), or only ``planner``."""
     from ..mpc import registry
     from ..tasks import available_tasks, load_task
 
@@ -107,6 +113,14 @@ def pairs(tasks=None, planner: str | None = None) -> list[tuple[str, str]]:
     names = sorted(available_tasks()) if not tasks else list(tasks)
     out = []
     for name in names:
+        if name.startswith(TASK_FORM_PREFIX):
+            bundled = name[len(TASK_FORM_PREFIX):]
+            if load_task(bundled).task_factory is None:
+                forms = sorted(n for n, s in available_tasks().items() if s.task_factory is not None)
+                raise ParameterError(f"--tasks {name}: task {bundled!r} has no planner-independent form "
+                                     f"(tasks that have one: {', '.join(forms)})")
+            out += [(name, p) for p in ((planner,) if planner else FILE_PLANNERS)]
+            continue
         if name.endswith(".py") or os.sep in name:
             if not Path(name).is_file():
                 raise ParameterError(f"--tasks: no task file {name}")
@@ -126,9 +140,12 @@ def pairs(tasks=None, planner: str | None = None) -> list[tuple[str, str]]:
 def resolve_pair(name: str, planner: str):
     """``(runner, task)`` of one task × planner pair: the bundled task's own runner for
     ``planner`` (``task`` None) when it has one, else ``(None, task)`` with the planner-independent
-    :class:`~contactopt.task.Task` (a task file's ``TASK``, or the bundled task's form)."""
+    :class:`~contactopt.task.Task` (a task file's ``TASK``, or the bundled task's form; always the
+    form for ``task:NAME``)."""
     from ..tasks import load_task
 
+    if name.startswith(TASK_FORM_PREFIX):
+        return None, load_task(name[len(TASK_FORM_PREFIX):]).task()
     if name.endswith(".py") or os.sep in name:
         from ..task import load_task_file
 

@@ -32,7 +32,10 @@ def _frame_object(model, objtype, kind, ref, name, prefix=None):
 
 
 class _PointResidual(Residual):
-    """Shared machinery of world-frame point residuals ``p(q)[axes] − target[axes]``."""
+    """Shared machinery of world-frame point residuals ``p(q)[axes] − target[axes]`` (the target
+    may move: :meth:`~contactopt.costs.Residual.with_reference`)."""
+
+    supports_reference = True
 
     def __init__(self, model, size, name, axes, target, object_id):
         super().__init__(model, size, name)
@@ -56,7 +59,7 @@ class _PointResidual(Residual):
         return self._object_id
 
     def evaluate(self, data, x, u, jacobian):
-        r = self._point(data)[self.axes] - self.target[self.axes]
+        r = self._point(data)[self.axes] - self.current_target()[self.axes]
         if not jacobian:
             return r, None, None
         self._jacobian(data)
@@ -74,7 +77,7 @@ class _PointResidual(Residual):
     def batch_evaluate(self, kin, X, U, jacobian):
         point, jac = self._request_kinds
         i = self._request_id()
-        r = kin[(point, i)][:, self.axes] - self.target[self.axes]
+        r = kin[(point, i)][:, self.axes] - self.current_target()[..., self.axes]
         if not jacobian:
             return r, None, None
         jx = np.zeros((X.shape[0], self.size, self.ndx))

@@ -89,6 +89,9 @@ class Residual(abc.ABC):
         a terminal cost).
     """
 
+    #: whether the residual's ``target`` may move with time (:meth:`with_reference`)
+    supports_reference = False
+
     def __init__(self, model: mujoco.MjModel, size: int, name: str, *, uses_control: bool = False):
         if not isinstance(model, mujoco.MjModel):
             raise ParameterError(f"{name}: model must be a mujoco.MjModel, got {type(model).__name__}")
@@ -99,6 +102,81 @@ class Residual(abc.ABC):
         self.nv = model.nv
         self.nu = model.nu
         self.ndx = 2 * model.nv + model.na
+        #: the moving target ``reference(t, t0, x0) -> target`` or None (:meth:`with_reference`)
+        self.reference: Callable | None = None
+        self._scheduled: np.ndarray | None = None  # (S, *target.shape): the targets of stages 0..S-1
+        self._stage = 0                            # the stage(s) being evaluated: int or (N,) ints
+
+    # ------------------------------------------------------------------ moving targets
+
+    def with_reference(self, reference: Callable) -> "Residual":
+        """Let the target move: ``reference(t, t0, x0) -> target`` (the shape of ``self.target``).
+
+        A planner that plans from the state ``x0 (nx,)`` measured (or predicted) at time ``t0``
+        [s] calls :meth:`schedule` with its stage times ``t_k = t0 + k h``; stage ``k`` is then
+        evaluated against ``reference(t_k, t0, x0)``.  A reference of time alone (a gait clock)
+        ignores ``t0`` and ``x0``; one that re-anchors at the measured state (a target kept
+        2 rad ahead of a spinner: ``x0[i] + 2 (t − t0)/H``) uses them.  Before the first
+        :meth:`schedule` the fixed ``target`` is used.  Returns ``self``.
+
+        Raises:
+          ParameterError: ``reference`` is not callable, or this residual has no target that moves.
+        """
+        if not self.supports_reference:
+            raise ParameterError(f"{self.name}: {type(self).__name__} has no target that can follow a reference")
+        if not callable(reference):
+            raise ParameterError(f"{self.name}: reference must be callable (t, t0, x0) -> target, got {reference!r}")
+        self.reference = reference
+        self._scheduled = None
+        return self
+
+    def _check_target(self, value, argname: str) -> np.ndarray:
+        """A target value as the residual stores it (shape of ``self.target``; subclasses normalize)."""
+        return as_array(argname, value, np.shape(self.target)).copy()
+
+    def schedule(self, times, t0: float, x0) -> None:
+        """Evaluate the reference at the plan's stage times ``times (S,)`` [s] (stage ``k`` at
+        ``times[k]``) for a plan from ``x0 (nx,)`` at ``t0``; no-op without a reference.
+
+        Raises:
+          ContactoptError: the reference raised (names the residual); ShapeError / NonFiniteError:
+            it returned a wrong shape or a non-finite value (names the residual and the time).
+        """
+        if self.reference is None:
+            return
+        x0 = np.array(x0, dtype=float, copy=True)
+        rows = []
+        for t in np.atleast_1d(np.asarray(times, dtype=float)):
+            try:
+                value = self.reference(float(t), float(t0), x0)
+            except ContactoptError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - user code: any exception is the user's error
+                raise ContactoptError(f"residual {self.name}: reference(t, t0, x0) raised "
+                                      f"{type(exc).__name__}: {exc}") from exc
+            rows.append(self._check_target(value, f"residual {self.name} reference at t = {t:g} s"))
+        self._scheduled = np.array(rows)
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether a :meth:`schedule` set per-stage targets."""
+        return self._scheduled is not None
+
+    @property
+    def scheduled_targets(self) -> np.ndarray | None:
+        """The last :meth:`schedule` 's targets ``(S, *target.shape)`` (stage ``k`` in row ``k``), or None."""
+        return self._scheduled
+
+    def _set_stage(self, stage) -> None:
+        """The stage index (int) or indices (``(N,)`` ints) the next evaluation is of."""
+        self._stage = stage
+
+    def current_target(self) -> np.ndarray:
+        """The target of the stage(s) being evaluated: the fixed ``target`` without a schedule,
+        else the scheduled row(s) (``(N, …)`` in a batch; stages past the schedule take its last)."""
+        if self._scheduled is None:
+            return self.target
+        return self._scheduled[np.minimum(self._stage, len(self._scheduled) - 1)]
 
     @abc.abstractmethod
     def evaluate(self, data: mujoco.MjData, x: np.ndarray, u: np.ndarray | None, jacobian: bool):
@@ -153,6 +231,7 @@ class Residual(abc.ABC):
             raise ParameterError(f"{self.name}: this residual needs a control u")
         mujoco.mj_kinematics(self.model, data)
         mujoco.mj_comPos(self.model, data)
+        self._set_stage(0)
         return self.evaluate(data, x, u, False)[0].copy()
 
     def __repr__(self) -> str:  # pragma: no cover - cosmetic
@@ -216,7 +295,10 @@ class Qpos(Residual):
         every selected hinge, ``False`` none (the plain difference, e.g. to count turns).
     """
 
-    def __init__(self, model, target=None, *, joints=None, dofs=None, name: str = "qpos", wrap="auto"):
+    supports_reference = True
+
+    def __init__(self, model, target=None, *, joints=None, dofs=None, name: str = "qpos", wrap="auto",
+                 reference: Callable | None = None):
         super().__init__(model, 0, name)
         if wrap not in ("auto", True, False):
             raise ParameterError(f"{name}: wrap must be 'auto', True or False, got {wrap!r}")
@@ -247,10 +329,17 @@ class Qpos(Residual):
         if self._qidx is not None:
             self._jx = np.zeros((self.size, self.ndx))
             self._jx[np.arange(self.size), self.dofs] = 1.0
+        if reference is not None:
+            self.with_reference(reference)
+
+    def _check_target(self, value, argname):
+        q = as_array(argname, value, (self.model.nq,)).copy()
+        mujoco.mj_normalizeQuat(self.model, q)
+        return q
 
     def evaluate(self, data, x, u, jacobian):
         nq, nv = self.model.nq, self.nv
-        mujoco.mj_differentiatePos(self.model, self._diff, 1.0, self.target, x[:nq])
+        mujoco.mj_differentiatePos(self.model, self._diff, 1.0, self.current_target(), x[:nq])
         r = self._diff[self.dofs].copy()
         if self.wrapped.size:
             r[self.wrapped] = _wrap_angle(r[self.wrapped])
@@ -267,7 +356,7 @@ class Qpos(Residual):
         return None if self._qidx is None else ()
 
     def batch_evaluate(self, kin, X, U, jacobian):
-        r = X[:, self._qidx] - self.target[self._qidx]
+        r = X[:, self._qidx] - self.current_target()[..., self._qidx]
         if self.wrapped.size:
             r[:, self.wrapped] = _wrap_angle(r[:, self.wrapped])
         if not jacobian:
@@ -339,7 +428,10 @@ class Qvel(Residual):
       joints / dofs: which DoFs (default all), as in :class:`Qpos`.
     """
 
-    def __init__(self, model, target=None, *, joints=None, dofs=None, name: str = "qvel"):
+    supports_reference = True
+
+    def __init__(self, model, target=None, *, joints=None, dofs=None, name: str = "qvel",
+                 reference: Callable | None = None):
         super().__init__(model, 0, name)
         self.dofs = _select_dofs(model, joints, dofs, name)
         self.size = self.dofs.size
@@ -347,17 +439,19 @@ class Qvel(Residual):
                        else as_array(f"{name} target", target, (self.size,)).copy())
         self._jx = np.zeros((self.size, self.ndx))
         self._jx[np.arange(self.size), model.nv + self.dofs] = 1.0
+        if reference is not None:
+            self.with_reference(reference)
 
     def evaluate(self, data, x, u, jacobian):
         nq = self.model.nq
-        r = x[nq + self.dofs] - self.target
+        r = x[nq + self.dofs] - self.current_target()
         return (r, self._jx.copy(), None) if jacobian else (r, None, None)
 
     def batch_requests(self, jacobian):
         return ()
 
     def batch_evaluate(self, kin, X, U, jacobian):
-        r = X[:, self.model.nq + self.dofs] - self.target
+        r = X[:, self.model.nq + self.dofs] - self.current_target()
         if not jacobian:
             return r, None, None
         return r, np.broadcast_to(self._jx, (X.shape[0],) + self._jx.shape).copy(), None
@@ -372,7 +466,10 @@ class Control(Residual):
       actuators: actuator names or indices (default all).
     """
 
-    def __init__(self, model, target=None, *, actuators=None, name: str = "ctrl"):
+    supports_reference = True
+
+    def __init__(self, model, target=None, *, actuators=None, name: str = "ctrl",
+                 reference: Callable | None = None):
         super().__init__(model, 0, name, uses_control=True)
         if model.nu == 0:
             raise ParameterError(f"{name}: the model has no actuators")
@@ -389,16 +486,18 @@ class Control(Residual):
                        else as_array(f"{name} target", target, (self.size,)).copy())
         self._ju = np.zeros((self.size, model.nu))
         self._ju[np.arange(self.size), idx] = 1.0
+        if reference is not None:
+            self.with_reference(reference)
 
     def evaluate(self, data, x, u, jacobian):
-        r = u[self.actuators] - self.target
+        r = u[self.actuators] - self.current_target()
         return (r, None, self._ju.copy()) if jacobian else (r, None, None)
 
     def batch_requests(self, jacobian):
         return ()
 
     def batch_evaluate(self, kin, X, U, jacobian):
-        r = U[:, self.actuators] - self.target
+        r = U[:, self.actuators] - self.current_target()
         if not jacobian:
             return r, None, None
         return r, None, np.broadcast_to(self._ju, (U.shape[0],) + self._ju.shape).copy()
@@ -515,6 +614,18 @@ class Combination(Residual):
                         ju = np.zeros(lead + (self.size, self.nu))
                     ju += c * jui
         return r, jx, ju
+
+    def schedule(self, times, t0, x0) -> None:
+        for _, res in self.parts:
+            res.schedule(times, t0, x0)
+
+    @property
+    def scheduled(self) -> bool:
+        return any(res.scheduled for _, res in self.parts)
+
+    def _set_stage(self, stage) -> None:
+        for _, res in self.parts:
+            res._set_stage(stage)
 
     def evaluate(self, data, x, u, jacobian):
         return self._combine([res.evaluate(data, x, u, jacobian) for _, res in self.parts], (), jacobian)

@@ -132,6 +132,28 @@ class StageCost:
         """The same cost without control-dependent terms (usable as a terminal cost)."""
         return StageCost(self.model, [t for t in self.terms if not t.residual.uses_control])
 
+    @property
+    def moving_residuals(self) -> list:
+        """The residuals of the terms whose target follows a reference
+        (:meth:`Residual.with_reference <contactopt.costs.Residual.with_reference>`; parts of a
+        :class:`~contactopt.costs.Combination` included)."""
+        out = []
+        for t in self.terms:
+            stack = [t.residual]
+            while stack:
+                r = stack.pop()
+                if r.reference is not None and r not in out:
+                    out.append(r)
+                stack.extend(res for _, res in getattr(r, "parts", ()))
+        return out
+
+    def schedule(self, times, t0: float, x0) -> None:
+        """Every moving target at the stage times ``times (S,)`` [s] of a plan from ``x0 (nx,)``
+        at ``t0`` [s] (:meth:`Residual.schedule <contactopt.costs.Residual.schedule>`); stage
+        ``k`` of later evaluations (``row_offset + i``) is compared with the targets at ``times[k]``."""
+        for r in self.moving_residuals:
+            r.schedule(times, t0, x0)
+
     def value(self, x, u=None) -> float:
         """``ℓ(x, u)``; ``u`` may be None only if no term uses the control."""
         X = as_array("x", x, (self.nx,))[None]
@@ -162,7 +184,8 @@ class StageCost:
         Args:
           X: ``(N, nx)`` states; U: ``(N, nu)`` controls or None (no control terms then).
           derivatives: whether to return the Jacobians.
-          row_offset: added to stage indices in error messages.
+          row_offset: the index of the first stage (in error messages, and the row of a
+            :meth:`schedule` d target that stage ``i`` is evaluated against: ``i + row_offset``).
 
         Returns:
           ``(rho (N, M), Jx (N, M, ndx) | None, Ju (N, M, nu) | None)``, ``M =``
@@ -285,6 +308,7 @@ def _stage_residuals(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
     R = [None] * len(terms)
     JX = [None] * len(terms)
     JU = [None] * len(terms)
+    moving = [k for k, t in enumerate(terms) if t.residual.scheduled]  # targets per stage
     for k in per_stage:
         t = terms[k]
         R[k] = np.empty((N, t.residual.size))
@@ -313,6 +337,8 @@ def _stage_residuals(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
                 fn(model, data, out[i], oid)
             u = None if U is None else U[i]
             for k in per_stage:
+                if moving:
+                    terms[k].residual._set_stage(i + row_offset)
                 r, jx, ju = terms[k].residual.evaluate(data, x, u, derivatives)
                 R[k][i] = r
                 if derivatives:
@@ -326,11 +352,15 @@ def _stage_residuals(cost: StageCost, data: mujoco.MjData, X: np.ndarray, U: np.
             kin.update(jacs)
         for k in in_batch:
             res = terms[k].residual
+            if moving:
+                res._set_stage(np.arange(row_offset, row_offset + N))
             r, jx, ju = res.batch_evaluate(kin, X, U, derivatives)
             R[k] = np.asarray(r, dtype=float).reshape(N, res.size)
             if derivatives:
                 JX[k] = jx                     # None: identically zero (skipped below)
                 JU[k] = ju if res.uses_control else None
+    for k in moving:
+        terms[k].residual._set_stage(0)  # an evaluation outside a plan is of the schedule's first stage
     # one test of all residuals; the first bad term is looked for only when it fails
     all_finite = (np.isfinite(np.concatenate(R, axis=1)).all() if len(R) > 1
                   else all(np.isfinite(r).all() for r in R))

@@ -108,6 +108,21 @@ class TrajectoryCost(_StageCosts, exact=True):
         self.nx, self.ndx, self.nu = running.nx, running.ndx, running.nu
         self._data = mujoco.MjData(self.model)
 
+    @property
+    def has_references(self) -> bool:
+        """Whether some target moves (:meth:`schedule` then has work to do)."""
+        return bool(self.running.moving_residuals or self.terminal.moving_residuals)
+
+    def schedule(self, t0: float, x0, num_stages: int) -> None:
+        """Moving targets for a plan of ``num_stages`` stages (``T + 1`` with the terminal) that
+        starts at ``t0`` [s] from ``x0 (nx,)``: stage ``k`` at ``t0 + k h``, the terminal stage
+        (evaluated as stage ``T``) at ``t0 + T h``.  A no-op when no target moves."""
+        if not self.has_references:
+            return
+        times = float(t0) + self.timestep * np.arange(int(num_stages))
+        self.running.schedule(times, t0, x0)
+        self.terminal.schedule(times, t0, x0)
+
     def stage_values(self, X, U) -> np.ndarray:
         """Per-stage costs ``(T+1,)`` (running stages multiplied by ``h``)."""
         X, U = self._check(X, U)

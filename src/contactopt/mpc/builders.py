@@ -166,10 +166,15 @@ def build_idto(task, plant, options, weights):
     * soft joint limits ``joint_limit_weight = 1e3 w_max`` when some hinge or slide joint is
       limited (``jnt_range``);
     * contact: ``CompliantContactModel(model, ContactParameters.from_model(model, h))`` when two
-      geoms of different bodies may collide;
+      geoms of different bodies may collide, any of its parameters replaced by the options
+      ``contact_stiffness`` [N/m], ``contact_smoothing`` [m], ``contact_dissipation_velocity``,
+      ``contact_stiction_velocity`` [m/s] and ``contact_friction`` given;
     * ``underactuation="auto"``: ``Zᵀτ_t = 0`` as equality constraints when the model has
       unactuated dofs (:class:`~contactopt.solvers.idto.IDTOSettings`), the penalty
       ``unactuated_penalty`` otherwise (then there is nothing to penalize);
+    * targets that follow a reference (:meth:`~contactopt.costs.Residual.with_reference`) are
+      scheduled at the knot times of every update: per-knot nominals on the fast path, per-knot
+      targets in the general rows;
     * ``trust_radius`` None: the first solve's radius is its first Gauss–Newton step
       (``IDTOSettings(initial_radius=None)``), and so is every restart's;
     * a horizon derived from the model (neither the task nor ``horizon`` sets one) has at most
@@ -181,7 +186,7 @@ def build_idto(task, plant, options, weights):
     from ..contact.compliant import CompliantContactModel, ContactParameters
     from ..model import actuation_map
     from ..solvers.idto import IDTOProblem, IDTOSettings
-    from ..solvers.idto.knot_cost import quadratic_tracking
+    from ..solvers.idto.knot_cost import knot_nominal, quadratic_tracking
     from .idto_planner import IDTOPlanner
 
     if plant.nu == 0:
@@ -206,7 +211,14 @@ def build_idto(task, plant, options, weights):
         w_jnt = 1e3 * wmax if np.any(scalar & (model.jnt_limited != 0)) else 0.0
     contact = None
     if options["contact"] and _may_collide(model):
-        contact = CompliantContactModel(model, ContactParameters.from_model(model, h))
+        params = ContactParameters.from_model(model, h)
+        given = {field: options[f"contact_{field}"] for field in _CONTACT_FIELDS
+                 if options.get(f"contact_{field}") is not None}
+        if given:
+            import dataclasses
+
+            params = dataclasses.replace(params, **given)  # validated by ContactParameters
+        contact = CompliantContactModel(model, params)
     q0 = plant.qpos0.copy()
     kwargs = {"contact": contact, "actuator_limit_weight": w_lim, "joint_limit_weight": w_jnt,
               "workers": options["workers"]}
@@ -223,7 +235,13 @@ def build_idto(task, plant, options, weights):
         underactuation = "constrained" if problem.Z.shape[1] else "penalty"
     solver_options = IDTOSettings(convergence=None, initial_radius=options["trust_radius"],
                                   underactuation=underactuation, constrained_step=options["constrained_step"])
-    return IDTOPlanner(problem, plant_model=plant, options=solver_options,
+    nominal = None
+    if fast is not None and fast["moving"]:
+        # moving targets on the fast path: the planner schedules ``cost`` (its sample cost) at
+        # every update, then the per-knot nominal is read from the scheduled targets
+        def nominal(t, x):
+            return knot_nominal(fast, T + 1)
+    return IDTOPlanner(problem, plant_model=plant, options=solver_options, nominal=nominal,
                        initial_iterations=options["initial_iterations"],
                        iterations_per_update=options["iterations"], kp=options["kp"], kd=options["kd"],
                        samples=options["samples"], sample_cost=cost, sample_scale=options["sample_scale"],
@@ -231,6 +249,9 @@ def build_idto(task, plant, options, weights):
                        divergence_factor=(math.inf if options["divergence_factor"] is None
                                           else options["divergence_factor"]))
 
+
+#: the compliant contact parameters the ``idto`` planner takes as ``contact_<field>`` options
+_CONTACT_FIELDS = ("stiffness", "smoothing", "dissipation_velocity", "stiction_velocity", "friction")
 
 register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et al. 2023), one "
                      "trust-region iteration per update", _COMMON + (
@@ -258,6 +279,16 @@ register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et
                                 "this times the previous plan's is refused (the last good plan is kept; a "
                                 "second failure in a row restarts cold); default: never"),
                          Option("contact", bool, True, "model contact with IDTO's compliant contact model"),
+                         Option("contact_stiffness", float, None, "compliant contact stiffness k [N/m] "
+                                "(default: derived from the model's weight and the time step)"),
+                         Option("contact_smoothing", float, None, "compliant contact smoothing σ [m] "
+                                "(default: a quarter of the thinnest colliding geom)"),
+                         Option("contact_dissipation_velocity", float, None, "Hunt-Crossley velocity "
+                                "scale v_d [m/s] (default: g h)"),
+                         Option("contact_stiction_velocity", float, None, "friction regularization "
+                                "velocity v_s [m/s] (default: g h)"),
+                         Option("contact_friction", float, None, "friction coefficient μ (default: "
+                                "each pair's MuJoCo coefficient)"),
                          Option("fast_path", bool, True, "use IDTO's diagonal weights for quadratic "
                                 "tracking costs"),
                          Option("workers", int, 1, "threads for the Jacobian"),
@@ -303,7 +334,10 @@ def build_gdd(task, plant, options, weights):
             raise ParameterError(f"planner 'gdd' cannot run task {task.name}: {why}; a zero-horizon planner "
                                  "cannot build up momentum first (use ilqg or idto, or --set "
                                  "static_check=false to try anyway)")
-    return GDDPlanner(model, Cost(*features), GDDSettings(max_iterations=options["max_iterations"]))
+    from ..costs import StageCost
+
+    return GDDPlanner(model, Cost(*features), GDDSettings(max_iterations=options["max_iterations"]),
+                      moving_residuals=StageCost(model, terms).moving_residuals)
 
 
 register(PlannerSpec("gdd", "goal-directed dynamics (Todorov 2018): a zero-horizon planner", (

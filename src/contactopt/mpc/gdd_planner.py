@@ -31,6 +31,10 @@ class GDDPlanner:
       model: the planner's model (the plant's ``nq``/``nv``/``nu``).
       cost: a :class:`~contactopt.solvers.gdd.Cost` over accelerations.
       settings: :class:`~contactopt.solvers.gdd.GDDSettings` (defaults if None).
+      moving_residuals: residuals whose target follows a reference
+        (:meth:`~contactopt.costs.Residual.with_reference`), scheduled at each update's time
+        (the feature then pulls toward the target of now; the target's own velocity is not fed
+        forward).
 
     The breakdown of an update has the shared keys (:data:`~contactopt.mpc.runner.BREAKDOWN_KEYS`,
     seconds, from :meth:`~contactopt.solvers.gdd.GDDResult.timing`): ``solve`` is the solver's time,
@@ -38,17 +42,23 @@ class GDDPlanner:
     status name.
     """
 
-    def __init__(self, model: mujoco.MjModel, cost: Cost, settings: GDDSettings | None = None):
+    def __init__(self, model: mujoco.MjModel, cost: Cost, settings: GDDSettings | None = None, *,
+                 moving_residuals=()):
         self.model = model
         self.cost = cost
         self.solver = GDDSolver(model, settings)
         self.data = mujoco.MjData(model)
         self.result = None
+        #: residuals of the shared cost whose target follows a reference: scheduled at the
+        #: measured time of every update (a zero-horizon plan has one stage)
+        self.moving_residuals = list(moving_residuals)
 
     def _solve(self, t: float, x) -> PlannerUpdate:
         start = time.perf_counter()
         m, d = self.model, self.data
         x = as_array("x", x, (m.nq + m.nv + m.na,), max_abs=MAX_STATE_VALUE)
+        for res in self.moving_residuals:
+            res.schedule([t], t, x)
         d.qpos[:] = x[:m.nq]
         d.qvel[:] = x[m.nq:m.nq + m.nv]
         if m.na:

@@ -422,6 +422,17 @@ class IDTOPlanner:
     def _key(self):
         return (np.asarray(self.kp, dtype=float).tobytes(), np.asarray(self.kd, dtype=float).tobytes())
 
+    def _schedule_cost(self, t: float, x) -> None:
+        """Moving targets of the shared cost at this plan's knot times ``t + k h``, ``k = 0 … T``
+        (:meth:`TrajectoryCost.schedule <contactopt.costs.TrajectoryCost.schedule>`): the cost
+        of the general knot rows and the one that ranks the samples (one object when both)."""
+        costs = [getattr(getattr(self.problem, "knot_cost", None), "cost", None), self.sample_cost]
+        done = []
+        for cost in costs:
+            if cost is not None and hasattr(cost, "schedule") and all(cost is not c for c in done):
+                cost.schedule(t, np.asarray(x, dtype=float), self.T + 1)
+                done.append(cost)
+
     def _measure(self, t, x):
         nq, nv = self.problem.nq, self.problem.nv
         x = as_array("x", x, (None,), max_abs=MAX_STATE_VALUE)  # MuJoCo resets states beyond 1e10
@@ -495,6 +506,7 @@ class IDTOPlanner:
         """First plan from state ``x`` at time ``t`` (``initial_iterations`` iterations, fresh radius)."""
         t = check_finite("t", t)
         start = time.perf_counter()
+        self._schedule_cost(t, x)  # outside the try: a reference that raises is the user's error
         try:
             q0 = self._measure(t, x)
             if self.initial_guess is not None:
@@ -514,6 +526,7 @@ class IDTOPlanner:
         if self.result is None or self._cold_restart:
             return self.reset(t, x)
         start = time.perf_counter()
+        self._schedule_cost(t, x)
         try:
             q0 = self._measure(t, x)
             qg = self.shifted_guess(t, q0)

@@ -217,6 +217,14 @@ class ILQGPlanner:
                 return None
         return xk
 
+    def _schedule_cost(self, t: float, x) -> None:
+        """Moving targets of the cost at this plan's stage times ``t + k h``, ``k = 0 … T``
+        (:meth:`TrajectoryCost.schedule <contactopt.costs.TrajectoryCost.schedule>`; a cost
+        without one has fixed targets)."""
+        schedule = getattr(self.solver.cost, "schedule", None)
+        if schedule is not None:
+            schedule(t, x, self.horizon + 1)
+
     def _policy(self, t: float, res: ILQGResult) -> TrajectoryPolicy:
         return TrajectoryPolicy(self.model, t, self.h, res.U, res.X, res.K,
                                 self.solver.control_lower, self.solver.control_upper)
@@ -237,6 +245,7 @@ class ILQGPlanner:
         t = check_finite("t", t)
         start = time.perf_counter()
         U = np.tile(self.nominal, (self.horizon, 1))
+        self._schedule_cost(t, x)
         res = self.solver.solve(x, U, max_iterations=self.initial_iterations)
         return self._finish(t, res, time.perf_counter() - start)
 
@@ -255,6 +264,7 @@ class ILQGPlanner:
                     self.last_prediction = (t, t + lag, x_pred)
                     t, x = t + lag, x_pred
         shift = max(0.0, (t - self.t_plan) / self.h)
+        self._schedule_cost(t, x)
         try:
             res = self.solver.solve_from_warm_start(x, self.result, shift=shift,
                                                     max_iterations=self.iterations_per_update)

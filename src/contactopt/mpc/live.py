@@ -483,6 +483,7 @@ class LiveRun(_GoalsMixin):
         row = {"t": float(d.time)}
         total = 0.0
         for key, cost, uses_u in zip(self._term_keys, self._term_costs, self._term_uses_u):
+            cost.schedule([d.time], d.time, x)  # a target that follows a reference: the one of now
             v = weights.get(key, 1.0) * cost.value(x, self._u if uses_u else None)
             row["cost." + key] = v
             total += v

@@ -68,8 +68,8 @@ class _GoalsMixin:
             for key, t in zip(cost_weight_keys(terms), terms):
                 r = t.residual
                 gkey = "target." + key[len("weight."):]
-                if gkey in out or not _is_point_residual(r):
-                    continue
+                if gkey in out or not _is_point_residual(r) or r.reference is not None:
+                    continue  # a target that follows a reference is not a goal to drag
                 mask = np.zeros(3, dtype=bool)
                 mask[np.asarray(r.axes, dtype=int)] = True
                 out[gkey] = {"term": t.name, "residual": type(r).__name__, "axes": mask,
@@ -80,7 +80,7 @@ class _GoalsMixin:
         """The goals the task's cost has, generated from its terms: one per cost term whose residual
         is a point's world position minus a target (:class:`~contactopt.costs.SitePosition`,
         :class:`~contactopt.costs.BodyPosition`, :class:`~contactopt.costs.CenterOfMass`; parts of a
-        :class:`~contactopt.costs.Combination` are not goals).  Key ``target.<term name>`` (the
+        :class:`~contactopt.costs.Combination` and targets that follow a reference are not goals).  Key ``target.<term name>`` (the
         weight key with ``target`` for ``weight``) → ``{"term", "residual", "axes" (3,) bool
         (the axes the residual uses), "default" (3,), "target" (3,) [m, world]}``."""
         current = self._goal_targets

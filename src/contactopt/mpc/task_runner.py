@@ -67,9 +67,12 @@ def _metric(task, plant):
     from ..costs import StageCost
 
     stage = StageCost(plant, task.cost_terms(plant))
+    moving = bool(stage.moving_residuals)
 
     def running_cost(model, data):
         x = np.concatenate([data.qpos, data.qvel, data.act])
+        if moving:  # targets that follow a reference: the ones of now
+            stage.schedule([data.time], data.time, x)
         return stage.value(x, data.ctrl.copy() if stage.uses_control else None)
 
     return running_cost

@@ -216,9 +216,10 @@ def idto_runner(task: IDTOTask):
     return run
 
 
-def register_idto_task(task: IDTOTask) -> None:
-    """Register ``task``'s IDTO runner (:func:`idto_runner`) in the task registry under ``task.name``."""
+def register_idto_task(task: IDTOTask, *, task_factory=None) -> None:
+    """Register ``task``'s IDTO runner (:func:`idto_runner`) in the task registry under ``task.name``,
+    with ``task_factory() -> contactopt.Task`` its planner-independent form when it has one."""
     from . import register_task
 
     register_task(task.name, "idto", idto_runner(task), model=task.model, description=task.description,
-                  default_seconds=task.default_seconds)
+                  default_seconds=task.default_seconds, task_factory=task_factory)

@@ -136,19 +136,19 @@ class ControlFeature(AccelerationTerm):
         self.term = term
         self.rows = res.size
         self._P = np.linalg.pinv(actuation_map(res.model).control_gain)[res.actuators]  # (k, nv)
-        self._target = res.target
         super().__init__(term.weight, name=term.name)
 
     def fill(self, problem: GDDProblem, out) -> None:
         P = self._P
         norm = self.term.norm
+        target = self.term.residual.current_target()  # the fixed target, or the scheduled one of now
         if type(norm) is not Quadratic:  # ρ(r) ≈ ρ(r₀) + D (r − r₀) at the last applied control
-            r0 = problem.data.ctrl[self.term.residual.actuators] - self._target
+            r0 = problem.data.ctrl[self.term.residual.actuators] - target
             rho0, D = _gauss_newton_norm(norm, r0)
             P = D @ P
-            offset = rho0 - D @ r0 - D @ self._target
+            offset = rho0 - D @ r0 - D @ target
         else:
-            offset = -self._target
+            offset = -target
         out.Ka[:] = P @ problem.M
         if problem.nefc:
             out.Kf[:] = -(P @ problem.J.T)

@@ -31,7 +31,7 @@ import numpy as np
 from ...costs import Control, CostTerm, Qpos, Quadratic, Qvel, TrajectoryCost
 from ...errors import ParameterError
 
-__all__ = ["KnotCost", "quadratic_tracking"]
+__all__ = ["KnotCost", "knot_nominal", "quadratic_tracking"]
 
 
 class KnotCost:
@@ -154,9 +154,15 @@ def quadratic_tracking(cost: TrajectoryCost, G_pinv: np.ndarray):
     ``Q = w/2`` on the selected dofs, ``R = (w/2) diag(G⁺ᵀG⁺)``, and the terminal weights
     ``s_f w/2``.
 
+    A :class:`Qpos` or :class:`Qvel` whose target follows a reference
+    (:meth:`~contactopt.costs.Residual.with_reference`) becomes a nominal per knot:
+    :func:`knot_nominal` reads its scheduled targets.  Two terms on one dof must then follow the
+    same reference callable (else None: the general knot rows handle them).
+
     Returns:
-      dict with ``Qq, Qv, R, Qf_q, Qf_v`` (``(nv,)``), ``q_nom (nq,)``, ``v_nom (nv,)`` and
-      ``wrap_dofs`` (the hinge dofs whose error wraps, sorted).
+      dict with ``Qq, Qv, R, Qf_q, Qf_v`` (``(nv,)``), ``q_nom (nq,)``, ``v_nom (nv,)``,
+      ``wrap_dofs`` (the hinge dofs whose error wraps, sorted) and ``moving``: a list of
+      ``("q", residual, qpos indices)`` / ``("v", residual, dofs)`` for the moving targets.
     """
     model = cost.model
     nv = model.nv
@@ -167,6 +173,9 @@ def quadratic_tracking(cost: TrajectoryCost, G_pinv: np.ndarray):
     wrap = np.zeros(nv, dtype=bool)
     plain = np.zeros(nv, dtype=bool)
     v_set = np.zeros(nv, dtype=bool)
+    q_ref: list = [None] * model.nq  # the reference callable of each qpos index (None: fixed)
+    v_ref: list = [None] * nv
+    moving: list = []
     for stage, scale, wq, wv in ((cost.running, 1.0, "Qq", "Qv"),
                                  (cost.terminal, cost.terminal_scale, "Qf_q", "Qf_v")):
         for term in stage.terms:
@@ -183,19 +192,29 @@ def quadratic_tracking(cost: TrajectoryCost, G_pinv: np.ndarray):
                 if np.any(wrap & plain):  # one dof wrapped by one term and not by another
                     return None
                 adr = _joint_qpos_addresses(model, res.dofs)
-                if np.any(q_set[adr] & (q_nom[adr] != res.target[adr])):
+                if not _same_targets(q_set[adr], [q_ref[i] for i in adr], res.reference,
+                                     q_nom[adr], res.target[adr]):
                     return None
                 q_nom[adr] = res.target[adr]
                 q_set[adr] = True
+                for i in adr:
+                    q_ref[i] = res.reference
+                if res.reference is not None and all(res is not r for _, r, _ in moving):
+                    moving.append(("q", res, adr))
                 out[wq][res.dofs] += w
             elif type(res) is Qvel:
-                if np.any(v_set[res.dofs] & (v_nom[res.dofs] != res.target)):
+                if not _same_targets(v_set[res.dofs], [v_ref[i] for i in res.dofs], res.reference,
+                                     v_nom[res.dofs], res.target):
                     return None
                 v_nom[res.dofs] = res.target
                 v_set[res.dofs] = True
+                for i in res.dofs:
+                    v_ref[i] = res.reference
+                if res.reference is not None and all(res is not r for _, r, _ in moving):
+                    moving.append(("v", res, res.dofs))
                 out[wv][res.dofs] += w
             elif type(res) is Control and stage is cost.running:
-                if np.any(res.target != 0.0):
+                if res.reference is not None or np.any(res.target != 0.0):
                     return None
                 D = _simple_motor_weights(model, G_pinv, res.actuators)
                 if D is None:
@@ -203,7 +222,38 @@ def quadratic_tracking(cost: TrajectoryCost, G_pinv: np.ndarray):
                 out["R"] += w * D
             else:
                 return None
-    return {**out, "q_nom": q_nom, "v_nom": v_nom, "wrap_dofs": np.flatnonzero(wrap)}
+    return {**out, "q_nom": q_nom, "v_nom": v_nom, "wrap_dofs": np.flatnonzero(wrap), "moving": moving}
+
+
+def _same_targets(already, refs, reference, old, new) -> bool:
+    """Whether a term's targets agree with those already set on its coordinates: fixed targets
+    equal, or both following the very same reference callable."""
+    for was_set, ref, a, b in zip(np.atleast_1d(already), refs, np.atleast_1d(old), np.atleast_1d(new)):
+        if not was_set:
+            continue
+        if ref is not reference or (reference is None and a != b):
+            return False
+    return True
+
+
+def knot_nominal(fast: dict, num_knots: int):
+    """IDTO's per-knot nominal ``(q_nom (K, nq), v_nom (K, nv))`` of :func:`quadratic_tracking`'s
+    result ``fast``: its fixed ``q_nom``/``v_nom`` with the coordinates of every moving target
+    replaced by that residual's scheduled targets (:meth:`~contactopt.costs.Residual.schedule`;
+    knot ``k`` ← scheduled stage ``k``, the last row repeated past the schedule's end)."""
+    K = int(num_knots)
+    q_nom = np.tile(fast["q_nom"], (K, 1))
+    v_nom = np.tile(fast["v_nom"], (K, 1))
+    for kind, res, idx in fast.get("moving", ()):
+        targets = res.scheduled_targets
+        if targets is None:
+            continue
+        rows = targets[np.minimum(np.arange(K), len(targets) - 1)]
+        if kind == "q":
+            q_nom[:, idx] = rows[:, idx]
+        else:
+            v_nom[:, idx] = rows
+    return q_nom, v_nom
 
 
 def _joint_qpos_addresses(model: mujoco.MjModel, dofs) -> np.ndarray:
