@@ -168,13 +168,16 @@ def build_idto(task, plant, options, weights):
     * contact: ``CompliantContactModel(model, ContactParameters.from_model(model, h))`` when two
       geoms of different bodies may collide, any of its parameters replaced by the options
       ``contact_stiffness`` [N/m], ``contact_smoothing`` [m], ``contact_dissipation_velocity``,
-      ``contact_stiction_velocity`` [m/s] and ``contact_friction`` given;
+      ``contact_stiction_velocity`` [m/s] and ``contact_friction`` given, and only the contacts of
+      the ``contact_bodies`` when given;
     * ``underactuation="auto"``: ``Zᵀτ_t = 0`` as equality constraints when the model has
       unactuated dofs (:class:`~contactopt.solvers.idto.IDTOSettings`), the penalty
       ``unactuated_penalty`` otherwise (then there is nothing to penalize);
     * targets that follow a reference (:meth:`~contactopt.costs.Residual.with_reference`) are
       scheduled at the knot times of every update: per-knot nominals on the fast path, per-knot
       targets in the general rows;
+    * ``first_guess="reference"`` starts the first plan from those per-knot targets (default: the
+      configuration held);
     * ``trust_radius`` None: the first solve's radius is its first Gauss–Newton step
       (``IDTOSettings(initial_radius=None)``), and so is every restart's;
     * a horizon derived from the model (neither the task nor ``horizon`` sets one) has at most
@@ -218,7 +221,8 @@ def build_idto(task, plant, options, weights):
             import dataclasses
 
             params = dataclasses.replace(params, **given)  # validated by ContactParameters
-        contact = CompliantContactModel(model, params)
+        bodies = [b.strip() for b in (options.get("contact_bodies") or "").split(",") if b.strip()]
+        contact = CompliantContactModel(model, params, bodies=bodies or None)
     q0 = plant.qpos0.copy()
     kwargs = {"contact": contact, "actuator_limit_weight": w_lim, "joint_limit_weight": w_jnt,
               "workers": options["workers"]}
@@ -235,13 +239,21 @@ def build_idto(task, plant, options, weights):
         underactuation = "constrained" if problem.Z.shape[1] else "penalty"
     solver_options = IDTOSettings(convergence=None, initial_radius=options["trust_radius"],
                                   underactuation=underactuation, constrained_step=options["constrained_step"])
-    nominal = None
+    nominal = first_guess = None
     if fast is not None and fast["moving"]:
         # moving targets on the fast path: the planner schedules ``cost`` (its sample cost) at
         # every update, then the per-knot nominal is read from the scheduled targets
         def nominal(t, x):
             return knot_nominal(fast, T + 1)
+    if options["first_guess"] == "reference":
+        if nominal is None or not any(kind == "q" for kind, _, _ in fast["moving"]):
+            raise ParameterError(f"first_guess=reference: task {task.name}'s cost has no quadratic Qpos target that "
+                                 "follows a reference (Residual.with_reference) to start from")
+
+        def first_guess(t, x):
+            return knot_nominal(fast, T + 1)[0]
     return IDTOPlanner(problem, plant_model=plant, options=solver_options, nominal=nominal,
+                       initial_guess=first_guess, restart_radius=options["restart_radius"],
                        initial_iterations=options["initial_iterations"],
                        iterations_per_update=options["iterations"], kp=options["kp"], kd=options["kd"],
                        samples=options["samples"], sample_cost=cost, sample_scale=options["sample_scale"],
@@ -259,6 +271,11 @@ register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et
                                 "(an explicit horizon is kept)"),
                          Option("trust_radius", float, None, "initial trust radius Δ₀ (scaled units; "
                                 "default: the first Gauss-Newton step's norm)"),
+                         Option("restart_radius", float, None, "trust radius an update restarts from after a "
+                                "collapsed or failed solve (default: trust_radius)"),
+                         Option("first_guess", str, "hold", "the first plan starts from the configuration "
+                                "held, or from the targets of a Qpos term that follows a reference",
+                                ("hold", "reference")),
                          Option("kp", float, 0.0, "policy stiffness along each actuator [N·m/rad or N/m]"),
                          Option("kd", float, 0.0, "policy damping along each actuator [N·m·s/rad or N·s/m]"),
                          Option("underactuation", str, "auto", "forces on unactuated dofs: equality "
@@ -289,6 +306,8 @@ register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et
                                 "velocity v_s [m/s] (default: g h)"),
                          Option("contact_friction", float, None, "friction coefficient μ (default: "
                                 "each pair's MuJoCo coefficient)"),
+                         Option("contact_bodies", str, "", "comma-separated bodies: model only the contacts "
+                                "that involve one of them (default: every pair that may collide)"),
                          Option("fast_path", bool, True, "use IDTO's diagonal weights for quadratic "
                                 "tracking costs"),
                          Option("workers", int, 1, "threads for the Jacobian"),

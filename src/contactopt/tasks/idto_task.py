@@ -216,10 +216,14 @@ def idto_runner(task: IDTOTask):
     return run
 
 
-def register_idto_task(task: IDTOTask, *, task_factory=None) -> None:
+def register_idto_task(task: IDTOTask) -> None:
     """Register ``task``'s IDTO runner (:func:`idto_runner`) in the task registry under ``task.name``,
-    with ``task_factory() -> contactopt.Task`` its planner-independent form when it has one."""
+    with its planner-independent form (:func:`contactopt.tasks.idto_form.as_task`) unless the
+    scenario already has one."""
+    from functools import partial
+
     from . import register_task
+    from .idto_form import as_task
 
     register_task(task.name, "idto", idto_runner(task), model=task.model, description=task.description,
-                  default_seconds=task.default_seconds, task_factory=task_factory)
+                  default_seconds=task.default_seconds, task_factory=partial(as_task, task))

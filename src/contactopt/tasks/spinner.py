@@ -7,10 +7,8 @@ reaches ``SPINNER_MIN_RAD_PER_10S``.  Two forms of the one scenario:
 * ``--planner idto`` runs :data:`SPINNER`, an :class:`~contactopt.tasks.idto_task.IDTOTask`
   (the IDTO paper's weights and contact, Tables I–II);
 * the planner-independent :class:`~contactopt.Task` :data:`SPINNER_TASK` (what the GUI, the
-  policy server and the other planners run) states the same ramp in the shared cost language:
-  a :class:`~contactopt.costs.Qpos` whose target follows a reference re-anchored at each plan's
-  measured angle (:meth:`~contactopt.costs.Residual.with_reference`), with the IDTO weights
-  (``Q = w/2``) and the paper's contact and solver settings as the ``idto`` planner options.
+  policy server and the other planners run; ``--tasks task:spinner`` in ``bench tasks``) states
+  the same ramp in the shared cost language (:func:`~contactopt.tasks.idto_form.as_task`).
 
 Experiment log: docs/experiments/spinner-idto.md.
 """
@@ -21,8 +19,7 @@ import math
 
 import numpy as np
 
-import weakref
-
+from .idto_form import as_task
 from .idto_task import IDTOTask, register_idto_task
 
 __all__ = ["SPINNER", "SPINNER_TASK"]
@@ -99,62 +96,8 @@ SPINNER = IDTOTask(
 )
 
 
-# --------------------------------------------------------------------------- the Task form
+register_idto_task(SPINNER)
 
-SPINNER_HORIZON = 2.0  # s: the IDTO task's 40 knots of 50 ms
-
-#: the spinner angle each plant ``MjData`` started from (weakly keyed: one entry per live run)
-_START_ANGLE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def _task_initial(model, data, rng):
-    _spinner_initial(model, data, rng)
-    _START_ANGLE[data] = float(data.qpos[2])
-
-
-def _task_success(model, data) -> bool:
-    """The spinner has turned ``SPINNER_MIN_RAD_PER_10S`` rad (3 rad, the 10 s run's requirement)
-    beyond the angle this run started from."""
-    start = _START_ANGLE.get(data)
-    return start is not None and float(data.qpos[2]) - start >= SPINNER_MIN_RAD_PER_10S
-
-
-def _ahead(model):
-    def reference(t, t0, x0):
-        """The home pose, the spinner ``SPINNER_AHEAD`` rad ahead of ``x0`` by the horizon's end."""
-        q = np.array([*SPINNER_HOME[:2], x0[2] + SPINNER_AHEAD * (t - t0) / SPINNER_HORIZON])
-        return q
-
-    return reference
-
-
-def _task_cost(model, *, terminal: bool = False):
-    from ..costs import Control, CostTerm, Qpos, Qvel
-
-    # IDTO's Q_q, Q_v, R (Table II) as shared weights w = 2Q; the velocity target is the ramp's rate
-    wq, wv = (20.0, 0.2) if terminal else (2.0, 0.2)
-    terms = [CostTerm(Qpos(model, reference=_ahead(model), name="ahead"), weight=wq),
-             CostTerm(Qvel(model, target=[0.0, 0.0, SPINNER_AHEAD / SPINNER_HORIZON]), weight=wv)]
-    if not terminal:
-        terms.append(CostTerm(Control(model), weight=0.2))
-    return terms
-
-
-def _spinner_task():
-    from ..task import Task
-
-    return Task(
-        name="spinner", model="spinner", cost=_task_cost,
-        terminal_cost=lambda model: _task_cost(model, terminal=True),
-        initial_state=_task_initial, success=_task_success, duration=10.0,
-        horizon=SPINNER_HORIZON, planner_timestep=0.05, metric=_spinner_metric,
-        description=SPINNER.description,
-        planner_options={"idto": dict(
-            underactuation="constrained", trust_radius=10.0, kp=20.0, kd=2.0, initial_iterations=50, samples=0,
-            contact_stiffness=200.0, contact_smoothing=0.01, contact_friction=0.5,
-            contact_stiction_velocity=0.05, contact_dissipation_velocity=0.1)})
-
-
-SPINNER_TASK = _spinner_task()
-
-register_idto_task(SPINNER, task_factory=lambda: SPINNER_TASK)
+#: the planner-independent form (:func:`contactopt.tasks.idto_form.as_task`): what the GUI, the
+#: policy server and the other planners run
+SPINNER_TASK = as_task(SPINNER)

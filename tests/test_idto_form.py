@@ -1,0 +1,59 @@
+"""The IDTO scenarios' planner-independent forms (``contactopt.tasks.idto_form.as_task``): the generic
+``idto`` planner on the form builds the task's own problem — IDTO's fast path with the same
+diagonal weights, the same per-knot nominal at every update, the same contact parameters."""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import pytest
+
+from contactopt.mpc.registry import make
+from contactopt.tasks import available_tasks, load_task
+from contactopt.tasks.idto_task import build_idto_planner
+
+IDTO_SCENARIOS = sorted(n for n, s in available_tasks().items() if "idto" in s.runners)
+
+
+def test_every_idto_scenario_has_a_task_form():
+    assert {"spinner", "hopper", "quadruped", "quadruped-hills", "hand-ball", "bimanual-box"} <= set(IDTO_SCENARIOS)
+    for name in IDTO_SCENARIOS:
+        assert load_task(name).task() is not None, name
+
+
+@pytest.mark.parametrize("name", IDTO_SCENARIOS)
+def test_the_generic_planner_on_the_form_builds_the_tasks_problem(name):
+    from contactopt.tasks.idto_form import as_task
+
+    spec = load_task(name)
+    tuned = spec.runners["idto"].task
+    form = as_task(tuned)  # the registered form (the acrobot's is its iLQG one)
+    if "ilqg" not in spec.runners:
+        assert spec.task().cost is not None and spec.task().planner_options == form.planner_options
+    generic = make("idto", form)
+    own = build_idto_planner(tuned)
+    try:
+        g, o = generic.problem, own.problem
+        assert g.knot_cost is None, "the form's cost must take IDTO's fast path"
+        assert (g.T, g.h) == (o.T, pytest.approx(o.h))
+        for key in ("Qq", "Qv", "Qf_q", "Qf_v"):
+            np.testing.assert_allclose(getattr(g, key), getattr(o, key), rtol=1e-12, err_msg=key)
+        actuated = np.abs(np.linalg.pinv(g.actuation.control_gain)).max(axis=0) > 1e-12
+        np.testing.assert_allclose(g.R[actuated], o.R[actuated], rtol=1e-12)
+        if o.contact is None:
+            assert g.contact is None
+        else:
+            assert g.contact.params == o.contact.params
+        m = form.load_plant()
+        d = mujoco.MjData(m)
+        form.initial_state(m, d, np.random.default_rng(3))
+        x = np.concatenate([d.qpos, d.qvel])
+        for t in (0.0, 0.35):
+            generic._schedule_cost(t, x)
+            qg, vg = generic.nominal(t, x)
+            qo, vo = own.nominal(t, x)
+            np.testing.assert_allclose(qg, np.broadcast_to(qo, qg.shape), atol=1e-12)
+            np.testing.assert_allclose(vg, np.broadcast_to(vo if vo is not None else 0.0, vg.shape), atol=1e-12)
+    finally:
+        generic.close()
+        own.close()
