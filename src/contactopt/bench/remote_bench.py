@@ -11,8 +11,10 @@ of the humanoid: ``U``, ``X``, ``K`` on the plan's grid) and then measures
 * ``policy_replies_per_s``: full-policy replies served per second to one client;
 * ``planner_updates_per_s``: new policies per second a live session delivers to a client
   that keeps sending states (the planner's rate on this machine, through the network);
-* with ``--seeds N`` (default 3): the acrobot's success rate and median time to success over
-  seeds ``0..N-1``, in-process ``--mode async`` vs remote (same seeds, iLQG).
+* with ``--seeds N`` (default 3): each closed-loop task's success rate and median time to
+  success over seeds ``0..N-1``, in-process ``--mode async`` vs remote (same seeds, the task's
+  first planner): by default the acrobot (iLQG) and the IDTO quadruped and hopper (their
+  planner-independent forms, :mod:`contactopt.tasks.idto_form`); ``--tasks`` picks others.
 
 Target (issue 22): round trip p99 under 2 ms.
 """
@@ -130,15 +132,22 @@ def _round_trips(address: str, min_time: float) -> dict:
             "target_p99_ms": 2.0}
 
 
-def _success(seeds: int) -> dict:
+#: the closed-loop comparison's tasks (issue 22: acrobot, hopper, quadruped at least)
+CLOSED_LOOP_TASKS = ("acrobot", "quadruped", "hopper")
+
+
+def _success(seeds: int, name: str = "acrobot") -> dict:
     from ..mpc.task_runner import run_task
     from ..remote import PolicyServer
     from ..remote.cli import remote_run
     from ..tasks import load_task
 
-    task = load_task("acrobot").task()
-    local = [run_task(task, "ilqg", seed=s, mode="async", stop_on_success=True).report for s in range(seeds)]
-    with PolicyServer(task, planner="ilqg", port=0) as srv:
+    task = load_task(name).task()
+    if task is None:
+        raise ContactoptError(f"bench remote: task {name!r} has no planner-independent form to serve")
+    planner = next(iter(task.planner_options), "ilqg")
+    local = [run_task(task, planner, seed=s, mode="async", stop_on_success=True).report for s in range(seeds)]
+    with PolicyServer(task, planner=planner, port=0) as srv:
         remote = [remote_run(task, f"127.0.0.1:{srv.port}", seed=s, stop_on_success=True)[2] for s in range(seeds)]
 
     def rate(reports):
@@ -146,19 +155,25 @@ def _success(seeds: int) -> dict:
         return {"success": sum(r["success"] for r in reports), "of": len(reports),
                 "time_to_success_median": float(np.median(t)) if t else None}
 
-    return {"task": "acrobot", "planner": "ilqg", "seeds": f"0:{seeds}", "in_process_async": rate(local),
+    return {"task": name, "planner": planner, "seeds": f"0:{seeds}", "in_process_async": rate(local),
             "remote": rate(remote),
             "remote_round_trip_ms_median": float(np.median([r["remote"]["round_trip_ms_median"] for r in remote])),
             "remote_transport_ms_median": float(np.median([r["remote"]["transport_ms_median"] for r in remote]))}
 
 
-def run(models=None, min_time: float = 0.2, seeds: int = 3, **_) -> dict:
+def run(models=None, min_time: float = 0.2, seeds: int = 3, tasks=None, **_) -> dict:
     """Round trip, replies/s and planner updates/s over loopback; success in-process vs remote.
 
     Args:
       models: not used (the benchmark's task is fixed); must be None.
       min_time: scales the number of timed calls (1,000 at the default 0.2).
-      seeds: acrobot seeds for the success comparison (0 skips it).
+      seeds: seeds ``0..seeds-1`` of the success comparison (0 skips it).
+      tasks: bundled tasks of the success comparison (default :data:`CLOSED_LOOP_TASKS`).
+
+    Returns:
+      ``{"benchmark", "transport", "rows": [round-trip row], "closed_loop": [{"task", "planner",
+      "seeds", "in_process_async": {"success", "of", "time_to_success_median"}, "remote": {...},
+      "remote_round_trip_ms_median", "remote_transport_ms_median"}, ...]}``.
     """
     if models:
         raise ContactoptError("bench remote uses the humanoid-getup task; --model does not apply")
@@ -173,7 +188,7 @@ def run(models=None, min_time: float = 0.2, seeds: int = 3, **_) -> dict:
         _stop(proc)
     out = {"benchmark": "remote", "transport": "loopback, server in a separate process", "rows": rows}
     if seeds:
-        out["closed_loop"] = _success(int(seeds))
+        out["closed_loop"] = [_success(int(seeds), name) for name in (tasks or CLOSED_LOOP_TASKS)]
     return out
 
 
@@ -184,10 +199,12 @@ def table(result: dict) -> str:
         ("round_trip_ms_median", "rtt med [ms]", "{:.3f}"), ("round_trip_ms_p99", "rtt p99 [ms]", "{:.3f}"),
         ("state_only_ms_median", "state-only med [ms]", "{:.3f}"), ("decode_ms_median", "decode [ms]", "{:.3f}"),
         ("policy_replies_per_s", "replies/s", "{:,.0f}"), ("planner_updates_per_s", "planner updates/s", "{:.1f}")])
-    cl = result.get("closed_loop")
-    if cl:
+    loops = result.get("closed_loop") or []
+    if loops:
+        text += "\n"
+    for cl in loops:
         a, b = cl["in_process_async"], cl["remote"]
-        text += (f"\n\n{cl['task']} ({cl['planner']}, seeds {cl['seeds']}): in-process async {a['success']}/{a['of']} "
+        text += (f"\n{cl['task']} ({cl['planner']}, seeds {cl['seeds']}): in-process async {a['success']}/{a['of']} "
                  f"(median time to success {a['time_to_success_median']}), remote {b['success']}/{b['of']} "
                  f"({b['time_to_success_median']}); remote round trip {cl['remote_round_trip_ms_median']:.2f} ms, "
                  f"transport {cl['remote_transport_ms_median']:.2f} ms")
@@ -199,5 +216,5 @@ register_benchmark(Benchmark(
     description="policy server over loopback: round trip (humanoid state, iLQG policy), updates/s, success",
     run=run,
     table=table,
-    options=("seeds",),
+    options=("seeds", "tasks"),
 ))

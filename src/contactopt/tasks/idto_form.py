@@ -111,11 +111,10 @@ def _terms(task, model, cache: _NominalCache, *, terminal: bool):
     wq = "Qf_q" if terminal else "Qq"
     weights = task.weights
     q_ref = cache.q_reference
-    prefix = "terminal_" if terminal else ""
     terms = []
     q_groups = _groups(weights.get(wq, 0.0), model.nv)
     for j, (value, dofs) in enumerate(q_groups):
-        name = f"{prefix}qpos" + (f"_{j}" if len(q_groups) > 1 else "")
+        name = "qpos" + (f"_{j}" if len(q_groups) > 1 else "")
         terms.append(CostTerm(Qpos(model, dofs=dofs, reference=q_ref, wrap=False, name=name), Quadratic(),
                               2.0 * value))
     # velocity terms on the cells of equal (running, terminal) weight, so that a dof's running and
@@ -126,7 +125,7 @@ def _terms(task, model, cache: _NominalCache, *, terminal: bool):
     cells = [np.flatnonzero((run_v == a) & (fin_v == b)) for a, b in dict.fromkeys(zip(run_v, fin_v))]
     cells = [c for c in cells if here[c[0]] != 0.0]
     for j, dofs in enumerate(cells):
-        name = f"{prefix}qvel" + (f"_{j}" if len(cells) > 1 else "")
+        name = "qvel" + (f"_{j}" if len(cells) > 1 else "")
         terms.append(CostTerm(Qvel(model, dofs=dofs, reference=cache.v_reference(dofs), name=name), Quadratic(),
                               2.0 * float(here[dofs[0]])))
     if not terminal and model.nu:
