@@ -293,6 +293,8 @@ class Qpos(Residual):
         ``(−π, π]`` — such a hinge's configuration space is the circle, where ``θ`` and
         ``θ + 2π`` are one configuration (as quaternion errors already are); ``True`` wraps
         every selected hinge, ``False`` none (the plain difference, e.g. to count turns).
+      reference: optional ``reference(t, t0, x0) -> (nq,)`` target that moves
+        (:meth:`Residual.with_reference`; quaternions are normalized).
     """
 
     supports_reference = True
@@ -426,6 +428,8 @@ class Qvel(Residual):
       model: the model.
       target: ``(len(dofs),)`` target velocities (default zero).
       joints / dofs: which DoFs (default all), as in :class:`Qpos`.
+      reference: optional ``reference(t, t0, x0) -> (len(dofs),)`` target that moves
+        (:meth:`Residual.with_reference`).
     """
 
     supports_reference = True
@@ -464,6 +468,8 @@ class Control(Residual):
       model: the model.
       target: ``(len(actuators),)`` target controls (default zero).
       actuators: actuator names or indices (default all).
+      reference: optional ``reference(t, t0, x0) -> (len(actuators),)`` target that moves
+        (:meth:`Residual.with_reference`).
     """
 
     supports_reference = True
