@@ -226,13 +226,17 @@ def build_idto(task, plant, options, weights):
     q0 = plant.qpos0.copy()
     kwargs = {"contact": contact, "actuator_limit_weight": w_lim, "joint_limit_weight": w_jnt,
               "workers": options["workers"]}
+    # IDTO's own R on the forces of unactuated dofs (the paper's "R unactuated"): shapes the
+    # constrained method's path, where the forces are driven to zero rather than penalized
+    Z = actuation_map(model).unactuated_basis
+    R_unact = options["unactuated_weight"] * (np.abs(Z).max(axis=1) > 1e-9 if Z.shape[1] else np.zeros(model.nv))
     if fast is not None:
-        problem = IDTOProblem(model, T, h, q0, Qq=fast["Qq"], Qv=fast["Qv"], R=fast["R"], Qf_q=fast["Qf_q"],
+        problem = IDTOProblem(model, T, h, q0, Qq=fast["Qq"], Qv=fast["Qv"], R=fast["R"] + R_unact, Qf_q=fast["Qf_q"],
                               Qf_v=fast["Qf_v"], q_nom=fast["q_nom"], v_nom=fast["v_nom"],
                               wrap_dofs=fast["wrap_dofs"],
                               unactuated_penalty=options["unactuated_penalty"], **kwargs)
     else:
-        problem = IDTOProblem(model, T, h, q0, Qq=0.0, Qv=0.0, R=0.0, cost=cost,
+        problem = IDTOProblem(model, T, h, q0, Qq=0.0, Qv=0.0, R=R_unact, cost=cost,
                               unactuated_penalty=options["unactuated_penalty"], **kwargs)
     underactuation = options["underactuation"]
     if underactuation == "auto":
@@ -286,6 +290,8 @@ register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et
                                 ("l1", "dogleg")),
                          Option("unactuated_penalty", float, 1e3, "weight of forces on unactuated dofs "
                                 "(penalty mode)"),
+                         Option("unactuated_weight", float, 0.0, "IDTO's R on the forces of unactuated dofs "
+                                "(both modes; in constrained mode it shapes the path to Zᵀτ = 0)"),
                          Option("actuator_limit_weight", float, None,
                                 "weight of the soft control limits (default: 1e3 × the largest cost "
                                 "weight when the model limits its controls)"),

@@ -136,6 +136,18 @@ def _terms(task, model, cache: _NominalCache, *, terminal: bool):
     return terms
 
 
+def _unactuated_R(task) -> float:
+    """The task's ``R`` on its model's unactuated dofs (their mean where they differ; 0: none)."""
+    from ..model import actuation_map, load_model
+
+    model = load_model(task.model)
+    Z = actuation_map(model).unactuated_basis
+    if not Z.shape[1]:
+        return 0.0
+    R = np.broadcast_to(np.asarray(task.weights.get("R", 0.0), dtype=float), (model.nv,))
+    return float(R[np.abs(Z).max(axis=1) > 1e-9].mean())
+
+
 def _idto_options(task) -> dict:
     """The IDTO task's settings as options of the generic ``idto`` planner."""
     from ..solvers.idto import IDTOSettings
@@ -147,6 +159,9 @@ def _idto_options(task) -> dict:
             "underactuation": task.solver.get("underactuation", "penalty")}
     if task.weights.get("unactuated_penalty") is not None:
         opts["unactuated_penalty"] = float(task.weights["unactuated_penalty"])
+    R_unact = _unactuated_R(task)
+    if R_unact:
+        opts["unactuated_weight"] = R_unact
     radius = task.solver.get("initial_radius", IDTOSettings().initial_radius)
     if radius is not None:
         opts["trust_radius"] = float(radius)
