@@ -396,7 +396,11 @@ def _list_tasks() -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print("  ".join(f"{c:{w}s}" for c, w in zip(r[:3], widths)) + "  " + r[3])
-    print("\nA Python file that defines TASK = contactopt.Task(...) runs too: contactopt run FILE.py "
+    no_form = sorted(name for name, spec in available_tasks().items() if spec.task_factory is None)
+    print("\nplanners: the tuned runs of each task.  Every task" + (f" but {', '.join(no_form)}" if no_form else "")
+          + " also has a planner-independent form that any planner runs (--planner P; --set and "
+          "--save-trajectory apply).")
+    print("A Python file that defines TASK = contactopt.Task(...) runs too: contactopt run FILE.py "
           "--planner ilqg|idto|gdd")
     return 0
 
