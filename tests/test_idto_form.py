@@ -59,3 +59,20 @@ def test_the_generic_planner_on_the_form_builds_the_tasks_problem(name):
     finally:
         generic.close()
         own.close()
+
+
+def test_a_form_measures_success_from_each_runs_own_start():
+    """The spinner's form succeeds 3 rad beyond the angle its run started from: a reset on the same
+    MjData starts a new count; data that was never reset has no start and never succeeds."""
+    form = load_task("spinner").task()
+    m = form.load_plant()
+    d = mujoco.MjData(m)
+    form.initial_state(m, d, np.random.default_rng(0))
+    start = float(d.qpos[2])
+    assert not form.success(m, d)
+    d.qpos[2] = start + 3.1
+    assert form.success(m, d)
+    form.initial_state(m, d, np.random.default_rng(1))
+    d.qpos[2] += 0.5
+    assert not form.success(m, d)
+    assert not form.success(m, mujoco.MjData(m))

@@ -203,25 +203,21 @@ def as_task(task):
             c = caches[model] = _NominalCache(task, model)
         return c
 
-    starts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+    # the success test of a task that measures from the initial state (success_factory): one per
+    # plant MjData, made when its state is (re)set — a reset on the same data starts a fresh one
+    tests: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     def initial_state(model, data, rng):
         task.initial_state(model, data, rng)
         mujoco.mj_forward(model, data)
-        starts[data] = np.concatenate([data.qpos, data.qvel])
+        if task.success_factory is not None:
+            tests[data] = task.success_factory(np.concatenate([data.qpos, data.qvel]), task.default_seconds)
 
     success = task.success
     if task.success_factory is not None:
-        tests: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
         def success(model, data):
             test = tests.get(data)
-            if test is None:
-                x0 = starts.get(data)
-                if x0 is None:
-                    return False
-                test = tests[data] = task.success_factory(x0, task.default_seconds)
-            return bool(test(model, data))
+            return test is not None and bool(test(model, data))
 
     def planner_model(model):
         if task.planner_model is not None:
