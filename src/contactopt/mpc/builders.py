@@ -228,11 +228,13 @@ def build_idto(task, plant, options, weights):
               "workers": options["workers"]}
     # IDTO's own R on the forces of unactuated dofs (the paper's "R unactuated"): shapes the
     # constrained method's path, where the forces are driven to zero rather than penalized
+    if options["unactuated_weight"] < 0:
+        raise ParameterError(f"unactuated_weight must be >= 0, got {options['unactuated_weight']}")
     Z = actuation_map(model).unactuated_basis
     R_unact = options["unactuated_weight"] * (np.abs(Z).max(axis=1) > 1e-9 if Z.shape[1] else np.zeros(model.nv))
     if fast is not None:
-        problem = IDTOProblem(model, T, h, q0, Qq=fast["Qq"], Qv=fast["Qv"], R=fast["R"] + R_unact, Qf_q=fast["Qf_q"],
-                              Qf_v=fast["Qf_v"], q_nom=fast["q_nom"], v_nom=fast["v_nom"],
+        problem = IDTOProblem(model, T, h, q0, Qq=fast["Qq"], Qv=fast["Qv"], R=fast["R"] + R_unact,
+                              Qf_q=fast["Qf_q"], Qf_v=fast["Qf_v"], q_nom=fast["q_nom"], v_nom=fast["v_nom"],
                               wrap_dofs=fast["wrap_dofs"],
                               unactuated_penalty=options["unactuated_penalty"], **kwargs)
     else:
