@@ -274,3 +274,17 @@ def test_the_recorded_metric_uses_the_target_of_the_plants_time():
     d.time = 0.75
     metric = _metric(task, m)
     assert metric(m, d) == pytest.approx(0.75 ** 2)  # w/2 · (0 − t)², w = 2
+
+
+def test_idto_options_of_the_task_forms_refuse_bad_values():
+    from contactopt.mpc.registry import make
+
+    fixed = contactopt.Task(name="fixed", model="acrobot", duration=1.0, horizon=0.2, planner_timestep=0.02,
+                            cost=lambda m: [CostTerm(Qpos(m, [np.pi, 0.0]), Quadratic(), 1.0),
+                                            CostTerm(Control(m), Quadratic(), 1e-3)])
+    with pytest.raises(ParameterError, match="first_guess=reference: task fixed's cost has no quadratic Qpos"):
+        make("idto", fixed, first_guess="reference")
+    with pytest.raises(ParameterError, match="unactuated_weight must be >= 0"):
+        make("idto", fixed, unactuated_weight=-1.0)
+    with pytest.raises(ParameterError, match="expected one of hold, reference"):
+        make("idto", fixed, first_guess="nominal")
