@@ -1,4 +1,6 @@
-"""Closed loop over loopback equals in-process async on the same seeds (acrobot, iLQG)."""
+"""Closed loop over loopback equals in-process async on the same seeds: the acrobot with iLQG, and
+the quadruped with IDTO through its planner-independent task form (its policy: IDTO's splines
+and PD gains, evaluated on the client)."""
 
 import pytest
 
@@ -12,12 +14,13 @@ SEEDS = (0, 1, 2)
 
 
 @pytest.mark.slow
-def test_acrobot_remote_success_matches_in_process_async():
+@pytest.mark.parametrize("name, planner", [("acrobot", "ilqg"), ("quadruped", "idto")])
+def test_remote_success_matches_in_process_async(name, planner):
     from contactopt.tasks import load_task
 
-    task = load_task("acrobot").task()
-    local = {s: run_task(task, "ilqg", seed=s, mode="async", stop_on_success=True).report for s in SEEDS}
-    with PolicyServer(task, planner="ilqg", port=0) as srv:
+    task = load_task(name).task()
+    local = {s: run_task(task, planner, seed=s, mode="async", stop_on_success=True).report for s in SEEDS}
+    with PolicyServer(task, planner=planner, port=0) as srv:
         remote = {s: remote_run(task, f"127.0.0.1:{srv.port}", seed=s, stop_on_success=True)[2] for s in SEEDS}
         assert srv.sessions == 0  # every run closed its session
     ok_local = sum(r["success"] for r in local.values())
