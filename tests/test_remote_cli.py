@@ -28,9 +28,9 @@ def test_missing_extra_is_one_line():
 
 def test_serve_refusals_are_one_line(capsys, tmp_path):
     pytest.importorskip("grpc")
-    assert main(["serve", "hopper"]) == 1
+    assert main(["serve", "hand-reach"]) == 1  # a GDD reaching session: no planner-independent form
     err = capsys.readouterr().err
-    assert err.startswith("contactopt: error: task 'hopper' has no planner-independent form") and err.count("\n") == 1
+    assert err.startswith("contactopt: error: task 'hand-reach' has no planner-independent form") and err.count("\n") == 1
     assert main(["serve", "acrobot", "--host", "0.0.0.0"]) == 1
     assert "token is required" in capsys.readouterr().err
     empty = tmp_path / "token"
