@@ -40,6 +40,14 @@ def test_pairs_follow_the_registry():
         tasks_bench.pairs(["acrobot"], "no-such-planner")
     with pytest.raises(ParameterError, match="no task file"):
         tasks_bench.pairs(["missing/task.py"])
+    # task:NAME — the bundled task's planner-independent form, even where it has its own runner
+    assert tasks_bench.pairs(["task:spinner"], "idto") == [("task:spinner", "idto")]
+    assert tasks_bench.pairs(["task:spinner"]) == [("task:spinner", p) for p in tasks_bench.FILE_PLANNERS]
+    runner, task = tasks_bench.resolve_pair("task:spinner", "idto")
+    assert runner is None and task.name == "spinner"
+    assert tasks_bench.resolve_pair("spinner", "idto")[0] is not None  # its tuned runner
+    with pytest.raises(ParameterError, match="task 'hand-reach' has no planner-independent form"):
+        tasks_bench.pairs(["task:hand-reach"])
 
 
 def test_a_refusing_planner_is_a_counted_error_not_a_crash():
