@@ -40,8 +40,9 @@ builds it, the problem's Jacobian workers set to ``os.cpu_count()``:
 
 5. **The convex model's full Newton step** (when the quadruped is among the tasks):
    :func:`~contactopt.bench.idto_measure.convex_newton_step` — ``contactopt optimize quadruped
-   --backend convex`` 's problem (40 knots of 50 ms, κ 0.1; quick: 8 knots), its median time per
-   full Newton step and the per-core comparison with the convex model paper's 160 ms on 12 cores.
+   --backend convex`` 's problem (40 knots of 50 ms, κ 0.1; quick: 8 knots) on one thread, its
+   median time per full Newton step and the per-core comparison with the convex model paper's
+   160 ms on 12 cores.
 
 **Horizon sweep (the paper's Fig. 4; ``--horizon-sweep``, run instead of 1–4).** Time per
 iteration against the planning horizon ``T`` (steps) for both treatments of underactuation on
@@ -329,7 +330,9 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
             rows.append(benchmark_task(task, settings=s, plots=plots, progress_cb=lambda: bar.update(1)))
         if any(t.name == NEWTON_STEP_TASK for t in tasks):
             try:
-                newton = convex_newton_step(NEWTON_STEP_TASK, horizon=8 if quick else 40, iterations=2 if quick else 3)
+                # on one thread, so that its core-seconds are measured, not bounded
+                newton = convex_newton_step(NEWTON_STEP_TASK, horizon=8 if quick else 40, iterations=2 if quick else 3,
+                                            workers=1)
             except ContactoptError as exc:
                 newton = {"task": NEWTON_STEP_TASK, "error": str(exc)}
     return {"tasks": rows, "quick": bool(quick), "settings": s, "cpu_count": os.cpu_count(),
