@@ -152,8 +152,8 @@ def _idto_options(task) -> dict:
     """The IDTO task's settings as options of the generic ``idto`` planner."""
     from ..solvers.idto import IDTOSettings
 
-    opts = {"samples": 0,
-            "constrained_step": task.solver.get("constrained_step", IDTOSettings().constrained_step), "actuator_limit_weight": 0.0, "joint_limit_weight": 0.0,
+    opts = {"samples": 0, "actuator_limit_weight": 0.0, "joint_limit_weight": 0.0,
+            "constrained_step": task.solver.get("constrained_step", IDTOSettings().constrained_step),
             "kp": float(np.mean(task.kp)), "kd": float(np.mean(task.kd)),
             "initial_iterations": int(task.initial_iterations), "iterations": int(task.iterations_per_update),
             "underactuation": task.solver.get("underactuation", "penalty")}
