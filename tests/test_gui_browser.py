@@ -2,7 +2,8 @@
 
 ``contactopt gui acrobot`` runs in a subprocess; the page changes a cost weight (the planner's
 weight changes and the cost plot follows), refuses a malformed value with a message, pushes a
-body (the state jumps), moves the goal generated from the cost, survives a reconnect, shows the
+body (the state jumps) with the button and by dragging the handle's arrow with the mouse in the
+3-D view, moves the goal generated from the cost, survives a reconnect, shows the
 same run to two browsers, and renders a non-blank screenshot.  A second test measures the scene
 update rate for the humanoid with a browser connected and saves the README screenshot.  Without ``/usr/bin/chromium`` both tests
 are skipped with the reason.
@@ -111,6 +112,45 @@ def _open(page, url):
     page.get_by_text(re.compile(r"t = [0-9.]+ s")).first.wait_for(timeout=60000)
 
 
+def _quat_matrix(wxyz) -> np.ndarray:
+    w, x, y, z = np.asarray(wxyz, dtype=float) / np.linalg.norm(wxyz)
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                     [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                     [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+
+
+def _drag_push_handle(page, server):
+    """Press on the drag handle's x arrow (projected through the page's own camera, reported in
+    state.json), drag along it and release: the page sends the drag, the server pushes the
+    selected body (logged, the state jumps) and the handle snaps back."""
+    s = server.wait(lambda s: s["cameras"] and s["push_handle"], what="the page's camera")
+    cam = s["cameras"][0]
+    box = page.locator("canvas").first.bounding_box()
+    R, t = _quat_matrix(cam["wxyz"]), np.array(cam["position"])
+    f = 0.5 * box["height"] / np.tan(0.5 * cam["fov"])
+
+    def pixel(p):  # world point → page pixel (OpenCV camera axes: +z forward, +y down)
+        c = R.T @ (np.asarray(p, dtype=float) - t)
+        return box["x"] + 0.5 * box["width"] + f * c[0] / c[2], box["y"] + 0.5 * box["height"] + f * c[1] / c[2]
+
+    origin, scale = np.array(s["push_handle"]), s["handle_scale"]
+    grab = pixel(origin + [0.7 * scale, 0.0, 0.0])
+    end = pixel(origin + [0.7 * scale + 0.3, 0.0, 0.0])
+    q0 = np.array(s["qvel"])
+    since = max((c["wall"] for c in s["changes"]), default=-np.inf)
+    page.mouse.move(*grab)
+    page.mouse.down()
+    for a in np.linspace(0.1, 1.0, 10):
+        page.mouse.move(grab[0] + a * (end[0] - grab[0]), grab[1] + a * (end[1] - grab[1]))
+        page.wait_for_timeout(30)
+    page.mouse.up()
+    s5 = server.wait(lambda s: any(c["wall"] > since and c["what"].startswith("push ") and "impulse=" in c["what"]
+                                   for c in s["changes"]) and
+                     np.abs(np.array(s["qvel"]) - q0).max() > 1e-3, what="the drag's push")
+    assert s5["status"]["paused"]
+    np.testing.assert_allclose(s5["push_handle"], origin, atol=0.05)  # snapped back to the body
+
+
 def test_browser_drives_the_run(tmp_path):
     _need_browser()
     from playwright.sync_api import sync_playwright
@@ -168,6 +208,9 @@ def test_browser_drives_the_run(tmp_path):
             page.get_by_role("button", name="Push", exact=True).click()
             s4 = server.wait(lambda s: np.abs(np.array(s["qvel"]) - q0).max() > 1e-2, what="the push")
             assert s4["time"] == t_paused and s4["status"]["paused"]
+
+            # drag the push handle's x arrow in the 3-D view with the mouse: on release, an impulse
+            _drag_push_handle(page, server)
 
             # a goal generated from the cost (the tip's SitePosition): typed into its field, it
             # reaches the planner (logged) and its marker; a malformed one is refused

@@ -180,9 +180,28 @@ class GuiApp:
                                 if "weight." in k},
             "goals": {k: g["target"].tolist() for k, g in run.goals().items()},
             "push_body": self._push_body.value if self.server is not None else None,
+            "push_handle": [float(v) for v in self._push_handle.position] if self.server is not None else None,
+            "handle_scale": self._handle_scale,
+            "cameras": self._cameras(),
             "changes": [{"wall": c.wall, "sim_time": c.sim_time, "what": c.what} for c in run.changes[-20:]],
             "messages": list(self._messages[-10:]),
         }
+
+    def _cameras(self) -> list[dict]:
+        """Each connected browser's camera (viser's: ``P_world = R p_camera + t`` with ``R`` from
+        ``wxyz`` and ``t`` the ``position`` [m], OpenCV axes; ``fov`` vertical [rad]; ``aspect``
+        the canvas width / height)."""
+        if self.server is None:
+            return []
+        out = []
+        for client in list(self.server.get_clients().values()):
+            try:
+                cam = client.camera
+                out.append({"position": [float(v) for v in cam.position], "wxyz": [float(v) for v in cam.wxyz],
+                            "fov": float(cam.fov), "aspect": float(cam.aspect)})
+            except Exception:  # noqa: BLE001, S112 - a client that just left, or has sent no camera yet
+                continue
+        return out
 
     # ------------------------------------------------------------------ page
 
