@@ -524,13 +524,9 @@ def cmd_run_file(args, task=None, default_planner: str = "ilqg") -> int:
                   plant_eta=0.7 if args.plant_eta is None else args.plant_eta)
     lag, lag_note = args.lag, None
     if args.deterministic:
-        from .mpc.calibration import CALIBRATION_SECONDS, calibrated_lag
+        from .mpc.calibration import task_fixed_lag
 
-        lag, cached = calibrated_lag(
-            task.name, planner, common["slowdown"],
-            lambda: run_task(task, planner, seed=args.seed, seconds=min(CALIBRATION_SECONDS, task.duration),
-                             **common).report)
-        lag_note = "calibrated on this machine" + (" (cached)" if cached else "")
+        lag, lag_note = task_fixed_lag(task, planner, args.seed, **common)
     run = run_task(task, planner, seed=args.seed, seconds=args.seconds, lag=lag, pushes=pushes, **common)
     report = run.report
     if lag_note is not None:

@@ -176,6 +176,12 @@ class Task:
         """The planning horizon [s] (:attr:`horizon` or the model's default)."""
         return self.horizon if self.horizon is not None else default_horizon(model)
 
+    @property
+    def default_planner(self) -> str:
+        """The planner a session starts with when none is named: the first planner of
+        :attr:`planner_options` (the one the task was written for), else ``"ilqg"``."""
+        return next(iter(self.planner_options), "ilqg")
+
     def make_planner_model(self, plant: mujoco.MjModel, timestep: float) -> mujoco.MjModel:
         """The planner's model: a copy of ``plant`` at ``timestep`` [s] with an integrator MuJoCo's
         derivatives support (:func:`~contactopt.model.planner_model_copy`: RK4 becomes

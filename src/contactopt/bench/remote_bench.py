@@ -145,7 +145,7 @@ def _success(seeds: int, name: str = "acrobot") -> dict:
     task = load_task(name).task()
     if task is None:
         raise ContactoptError(f"bench remote: task {name!r} has no planner-independent form to serve")
-    planner = next(iter(task.planner_options), "ilqg")
+    planner = task.default_planner
     local = [run_task(task, planner, seed=s, mode="async", stop_on_success=True).report for s in range(seeds)]
     with PolicyServer(task, planner=planner, port=0) as srv:
         remote = [remote_run(task, f"127.0.0.1:{srv.port}", seed=s, stop_on_success=True)[2] for s in range(seeds)]

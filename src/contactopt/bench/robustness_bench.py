@@ -77,7 +77,7 @@ def _runner(task_name: str, planner: str, *, deterministic: bool = False, calibr
     run of ``calibration_seed``, cached per machine)."""
     import inspect
 
-    from ..mpc.calibration import CALIBRATION_SECONDS, calibrated_lag, runner_fixed_lag
+    from ..mpc.calibration import runner_fixed_lag, task_fixed_lag
     from ..mpc.task_runner import run_task
     from .tasks_bench import resolve_pair
 
@@ -94,8 +94,7 @@ def _runner(task_name: str, planner: str, *, deterministic: bool = False, calibr
         return lambda seed, **errors: runner(seed=seed, stop_on_success=True, **options, **errors)
     lag = None
     if deterministic:
-        lag, _ = calibrated_lag(task.name, planner, 1.0, lambda: run_task(
-            task, planner, seed=calibration_seed, seconds=min(CALIBRATION_SECONDS, task.duration)).report)
+        lag, _ = task_fixed_lag(task, planner, calibration_seed)
     return lambda seed, **errors: run_task(task, planner, seed=seed, lag=lag, stop_on_success=True,
                                            **errors).report
 

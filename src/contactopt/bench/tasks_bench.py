@@ -162,7 +162,7 @@ def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int =
     (:mod:`contactopt.mpc.calibration`, calibrated from ``seed``); ``lag`` (s) fixes it for every
     pair.  Generic runs stop once the success test has held (the outcome is the same: a failure
     is latched and no success can start after it)."""
-    from ..mpc.calibration import CALIBRATION_SECONDS, calibrated_lag, runner_fixed_lag
+    from ..mpc.calibration import runner_fixed_lag, task_fixed_lag
     from ..mpc.task_runner import run_task
 
     runner, task = resolve_pair(name, planner)
@@ -178,8 +178,7 @@ def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int =
             runner_fixed_lag(name, planner, runner, options, seed)
         return lambda s: runner(seed=s, **options)
     if lag is None and deterministic:
-        lag, _ = calibrated_lag(task.name, planner, 1.0, lambda: run_task(
-            task, planner, seed=seed, seconds=min(CALIBRATION_SECONDS, task.duration)).report)
+        lag, _ = task_fixed_lag(task, planner, seed)
     return lambda s: run_task(task, planner, seed=s, lag=lag, stop_on_success=True).report
 
 

@@ -97,6 +97,21 @@ class CostDerivatives:
         return float(self.l.sum())
 
 
+def moving_residuals(terms) -> list:
+    """The residuals of ``terms`` (:class:`CostTerm` s) whose target follows a reference
+    (:meth:`Residual.with_reference <contactopt.costs.Residual.with_reference>`; parts of a
+    :class:`~contactopt.costs.Combination` included), each once."""
+    out = []
+    for t in terms:
+        stack = [t.residual]
+        while stack:
+            r = stack.pop()
+            if r.reference is not None and all(r is not o for o in out):
+                out.append(r)
+            stack.extend(res for _, res in getattr(r, "parts", ()))
+    return out
+
+
 class StageCost:
     """A weighted sum of residual terms, ``ℓ(x, u) = Σ_k w_k n_k(r_k(x, u))``.
 
@@ -134,18 +149,8 @@ class StageCost:
 
     @property
     def moving_residuals(self) -> list:
-        """The residuals of the terms whose target follows a reference
-        (:meth:`Residual.with_reference <contactopt.costs.Residual.with_reference>`; parts of a
-        :class:`~contactopt.costs.Combination` included)."""
-        out = []
-        for t in self.terms:
-            stack = [t.residual]
-            while stack:
-                r = stack.pop()
-                if r.reference is not None and r not in out:
-                    out.append(r)
-                stack.extend(res for _, res in getattr(r, "parts", ()))
-        return out
+        """:func:`moving_residuals` of this cost's terms."""
+        return moving_residuals(self.terms)
 
     def schedule(self, times, t0: float, x0) -> None:
         """Every moving target at the stage times ``times (S,)`` [s] of a plan from ``x0 (nx,)``

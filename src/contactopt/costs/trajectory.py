@@ -9,7 +9,7 @@ import mujoco
 import numpy as np
 
 from ..errors import ParameterError, as_array, check_positive
-from .stage import CostDerivatives, StageCost, _evaluate_stages
+from .stage import CostDerivatives, StageCost, _evaluate_stages, moving_residuals
 
 __all__ = [
     "LinearQuadraticCost",
@@ -109,19 +109,26 @@ class TrajectoryCost(_StageCosts, exact=True):
         self._data = mujoco.MjData(self.model)
 
     @property
+    def moving_residuals(self) -> list:
+        """The residuals of the running and terminal terms whose target follows a reference, each
+        once (:func:`~contactopt.costs.stage.moving_residuals`)."""
+        return moving_residuals(self.running.terms + self.terminal.terms)
+
+    @property
     def has_references(self) -> bool:
         """Whether some target moves (:meth:`schedule` then has work to do)."""
-        return bool(self.running.moving_residuals or self.terminal.moving_residuals)
+        return bool(self.moving_residuals)
 
     def schedule(self, t0: float, x0, num_stages: int) -> None:
         """Moving targets for a plan of ``num_stages`` stages (``T + 1`` with the terminal) that
         starts at ``t0`` [s] from ``x0 (nx,)``: stage ``k`` at ``t0 + k h``, the terminal stage
         (evaluated as stage ``T``) at ``t0 + T h``.  A no-op when no target moves."""
-        if not self.has_references:
+        moving = self.moving_residuals
+        if not moving:
             return
         times = float(t0) + self.timestep * np.arange(int(num_stages))
-        self.running.schedule(times, t0, x0)
-        self.terminal.schedule(times, t0, x0)
+        for r in moving:  # a residual shared by the running and terminal terms is scheduled once
+            r.schedule(times, t0, x0)
 
     def stage_values(self, X, U) -> np.ndarray:
         """Per-stage costs ``(T+1,)`` (running stages multiplied by ``h``)."""

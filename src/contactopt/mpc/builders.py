@@ -361,10 +361,10 @@ def build_gdd(task, plant, options, weights):
             raise ParameterError(f"planner 'gdd' cannot run task {task.name}: {why}; a zero-horizon planner "
                                  "cannot build up momentum first (use ilqg or idto, or --set "
                                  "static_check=false to try anyway)")
-    from ..costs import StageCost
+    from ..costs.stage import moving_residuals
 
     return GDDPlanner(model, Cost(*features), GDDSettings(max_iterations=options["max_iterations"]),
-                      moving_residuals=StageCost(model, terms).moving_residuals)
+                      moving_residuals=moving_residuals(terms))
 
 
 register(PlannerSpec("gdd", "goal-directed dynamics (Todorov 2018): a zero-horizon planner", (

@@ -23,7 +23,7 @@ from typing import Callable
 
 from ..errors import ContactoptError
 
-__all__ = ["calibrated_lag", "runner_fixed_lag", "cache_path", "LAG_GRID", "CALIBRATION_SECONDS"]
+__all__ = ["calibrated_lag", "runner_fixed_lag", "task_fixed_lag", "cache_path", "LAG_GRID", "CALIBRATION_SECONDS"]
 
 #: the calibrated lag is rounded up to a multiple of this (s)
 LAG_GRID = 0.001
@@ -104,3 +104,16 @@ def runner_fixed_lag(task: str, planner: str, runner, options: dict, seed: int) 
                                  lambda: runner(seconds=CALIBRATION_SECONDS, seed=seed, **measure_options))
     options["lag"] = lag
     return "calibrated on this machine" + (" (cached)" if cached else "")
+
+
+def task_fixed_lag(task, planner: str, seed: int, **run_options) -> tuple[float, str]:
+    """The fixed lag [s] of a planner-independent :class:`~contactopt.task.Task` run with the
+    registered planner ``planner``: :func:`calibrated_lag` of a short run (at most
+    :data:`CALIBRATION_SECONDS`, seed ``seed``) of :func:`~contactopt.mpc.task_runner.run_task`
+    with ``run_options`` (their ``slowdown`` is part of the cache key).  Returns ``(lag, where it
+    came from)`` (for the report)."""
+    from .task_runner import run_task
+
+    lag, cached = calibrated_lag(task.name, planner, run_options.get("slowdown", 1.0), lambda: run_task(
+        task, planner, seed=seed, seconds=min(CALIBRATION_SECONDS, task.duration), **run_options).report)
+    return lag, "calibrated on this machine" + (" (cached)" if cached else "")

@@ -150,7 +150,7 @@ class PlannerSession:
         self.seed = int(seed)
         self.nominal = task.load_plant()
         self._lock = threading.Lock()  # guards the staged state below
-        self._name = planner or next(iter(task.planner_options), "ilqg")
+        self._name = planner or task.default_planner
         self._options: dict = {}
         self._dynamics = {k: d for k, (d, _) in DYNAMICS_KEYS.items()}
         self._check_and_stage(self._name, dict(settings or {}))
