@@ -130,9 +130,9 @@ class Residual(abc.ABC):
         self._scheduled = None
         return self
 
-    def _check_target(self, value, argname: str) -> np.ndarray:
-        """A target value as the residual stores it (shape of ``self.target``; subclasses normalize)."""
-        return as_array(argname, value, np.shape(self.target)).copy()
+    def _normalize_targets(self, targets: np.ndarray) -> np.ndarray:
+        """Checked targets ``(S, *target.shape)`` as the residual stores them (subclasses normalize)."""
+        return targets
 
     def schedule(self, times, t0: float, x0) -> None:
         """Evaluate the reference at the plan's stage times ``times (S,)`` [s] (stage ``k`` at
@@ -145,17 +145,25 @@ class Residual(abc.ABC):
         if self.reference is None:
             return
         x0 = np.array(x0, dtype=float, copy=True)
-        rows = []
-        for t in np.atleast_1d(np.asarray(times, dtype=float)):
+        times = np.atleast_1d(np.asarray(times, dtype=float))
+        values = []
+        for t in times:
             try:
-                value = self.reference(float(t), float(t0), x0)
+                values.append(self.reference(float(t), float(t0), x0))
             except ContactoptError:
                 raise
             except Exception as exc:  # noqa: BLE001 - user code: any exception is the user's error
                 raise ContactoptError(f"residual {self.name}: reference(t, t0, x0) raised "
                                       f"{type(exc).__name__}: {exc}") from exc
-            rows.append(self._check_target(value, f"residual {self.name} reference at t = {t:g} s"))
-        self._scheduled = np.array(rows)
+        shape = (times.size,) + np.shape(self.target)
+        try:
+            targets = np.array(values, dtype=float)
+        except (TypeError, ValueError):
+            targets = None
+        if targets is None or targets.shape != shape or not np.isfinite(targets).all():
+            for t, value in zip(times, values):  # one check of all rows; per row only to name the bad one
+                as_array(f"residual {self.name} reference at t = {t:g} s", value, shape[1:])
+        self._scheduled = self._normalize_targets(targets)
 
     @property
     def scheduled(self) -> bool:
@@ -334,10 +342,11 @@ class Qpos(Residual):
         if reference is not None:
             self.with_reference(reference)
 
-    def _check_target(self, value, argname):
-        q = as_array(argname, value, (self.model.nq,)).copy()
-        mujoco.mj_normalizeQuat(self.model, q)
-        return q
+    def _normalize_targets(self, targets):
+        if self._rot:  # ball or free joints: unit quaternions
+            for q in targets:
+                mujoco.mj_normalizeQuat(self.model, q)
+        return targets
 
     def evaluate(self, data, x, u, jacobian):
         nq, nv = self.model.nq, self.nv
