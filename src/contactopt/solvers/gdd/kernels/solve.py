@@ -73,7 +73,7 @@ from .evaluate import (
     _reevaluate_multipliers,
     _reevaluate_multipliers_piece,
 )
-from .kkt import _dual_newton, _face_step, _feasibility, _pinned, _release
+from .kkt import _dual_newton, _dual_residual, _face_step, _feasibility, _pinned, _release
 from .linalg import _dot, _m_solve, _matvec, _sparse_rows, chol_solve, ldl_dense
 from .line_search import _linesearch_1d, _linesearch_sweep
 from .workspace import (
@@ -651,7 +651,8 @@ def gdd_solve(M, Mrownnz, Mrowadr, Mcolind, qld, qldinv,
                     break
             if done:
                 break
-            fe, fb = _feasibility(pb, wk)
+            # done when the rows hold and no multiplier is left on a slack row
+            fe, fb = _dual_residual(pb, wk, mu_lo, mu_hi)
             if fe <= tol_feas and fb <= tol_feas:
                 if stalled and gnorm > tol_grad:
                     status = STATUS_STALLED
