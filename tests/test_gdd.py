@@ -738,7 +738,7 @@ def test_spring_damper_fast_path_matches_generic_targets():
                      lambda t: EndEffectorAcceleration(m, body="left_foot", target=t),
                      lambda t: CenterOfMassAcceleration(m, target=t),
                      lambda t: CenterOfMassAcceleration(m, body="torso", target=t)):
-            fast, slow = make(sd).model(problem), make(Generic(sd)).model(problem)
+            fast, slow = make(sd).term_model(problem), make(Generic(sd)).term_model(problem)
             assert np.allclose(fast.Ka, slow.Ka, atol=1e-14)
             assert np.allclose(fast.e, slow.e, rtol=1e-12, atol=1e-12)
     sd.position = [0.1, 0.2, 0.3]  # assignable, validated
@@ -1040,3 +1040,44 @@ def test_safeguard_restarts_a_failed_solve_from_the_free_acceleration():
     assert np.isfinite(on.qacc).all() and np.isfinite(on.ctrl).all()
     full = GDDSolver(m, warm_start=False).solve(d, cost, initial_qacc=guess)
     assert full.converged
+
+
+def test_a_warm_started_solve_equals_a_cold_one_after_the_force_limits_let_go():
+    """A warm start carries the box multipliers of the last solve.  After a solve where the
+    force-limited servos saturate, a state where they do not must not keep the old multipliers
+    pushing the solution (the dual loop checks complementarity, not only feasibility): the warm
+    solve equals a cold solve of the same state.  Before the fix 2 of these 30 pairs differed,
+    and in closed loop the reacher came to rest 10 cm from its goal."""
+    from pathlib import Path
+
+    from contactopt.solvers.gdd import EndEffectorAcceleration, SpringDamper
+
+    m = contactopt.load_model(Path(__file__).resolve().parents[1] / "examples" / "style" / "reacher" / "reacher.xml")
+    d = mujoco.MjData(m)
+
+    def cost():
+        spring = SpringDamper(m.site("target").pos.copy(), stiffness=40.0)
+        return Cost(EndEffectorAcceleration(m, site="fingertip", target=spring, weight=500.0), Damping(0.1, 5.0))
+
+    kp, kv = m.actuator_gainprm[:, 0], -m.actuator_biasprm[:, 2]
+
+    def saturated(result):  # the servo force kp (u − q) − kv q̇ at a force limit
+        force = kp * (result.ctrl - d.qpos) - kv * d.qvel
+        return bool(np.any(np.abs(force) >= m.actuator_forcerange[:, 1] * (1 - 1e-6)))
+
+    warm_cost, warm = cost(), GDDSolver(m)
+    rng = np.random.default_rng(0)
+    released = 0
+    for _ in range(30):
+        d.qpos[:] = rng.uniform(-2.5, 2.5, m.nq)  # far from the goal and fast
+        d.qvel[:] = rng.uniform(-8.0, 8.0, m.nv)
+        was_saturated = saturated(warm.solve(d, warm_cost))
+        d.qpos[:] = rng.uniform(-0.5, 0.5, m.nq)  # near the goal, at rest
+        d.qvel[:] = 0.0
+        a = warm.solve(d, warm_cost)
+        b = GDDSolver(m).solve(d, cost())
+        released += was_saturated and not saturated(b)
+        assert a.status == b.status == GDDStatus.CONVERGED
+        np.testing.assert_allclose(a.ctrl, b.ctrl, rtol=1e-7, atol=1e-9)
+        assert a.cost == pytest.approx(b.cost, rel=1e-7, abs=1e-9)
+    assert released >= 3  # the case: multipliers loaded, then a state inside the limits

@@ -72,7 +72,7 @@ def test_biped_is_set_down_with_supports_and_model_gains():
     # light feet: the force cost overprices the ankle torques by ~10³, the weights follow
     assert support_price(m, d, session.support_ids) > 1000.0
     assert session.effort_scale > 3.0
-    assert session.posture.weight == pytest.approx(session.effort_scale * spec.posture_weight)
+    assert session.posture.effective_weight == pytest.approx(session.effort_scale * spec.posture_weight)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -183,7 +183,7 @@ def test_gdd_feature_rows_are_the_pd_law_of_the_norms_least_squares_residual(nor
 
     m, d, problem = _acrobot_gdd_state()
     site = SitePosition(m, m.site(0).name, [0.0, 0.0, 3.0])
-    tm = ResidualFeature(CostTerm(site, norm, weight=2.0), bandwidth=3.0).model(problem)
+    tm = ResidualFeature(CostTerm(site, norm, weight=2.0), bandwidth=3.0).term_model(problem)
     h = 1e-4
     for a in (np.array([1.5, -2.0]), np.array([-0.3, 4.0])):
         def r_at(s):
@@ -205,12 +205,12 @@ def test_gdd_feature_uses_the_norm_and_a_satisfied_bound_asks_nothing():
 
     m, d, problem = _acrobot_gdd_state()
     site = SitePosition(m, m.site(0).name, [0.0, 0.0, 3.0])
-    smooth = ResidualFeature(CostTerm(site, SmoothAbs(0.2), weight=2.0), bandwidth=3.0).model(problem)
-    quad = ResidualFeature(CostTerm(site, weight=2.0), bandwidth=3.0).model(problem)
+    smooth = ResidualFeature(CostTerm(site, SmoothAbs(0.2), weight=2.0), bandwidth=3.0).term_model(problem)
+    quad = ResidualFeature(CostTerm(site, weight=2.0), bandwidth=3.0).term_model(problem)
     assert not np.allclose(quad.e, smooth.e)  # ρ ≠ r: the norm is used, not ignored
     # a one-sided bound that holds (height above -10 m) contributes nothing
     height = SitePosition(m, m.site(0).name, [0.0, 0.0, -10.0], axes="z")
-    quiet = ResidualFeature(CostTerm(height, OneSidedQuadratic(), weight=5.0), bandwidth=3.0).model(problem)
+    quiet = ResidualFeature(CostTerm(height, OneSidedQuadratic(), weight=5.0), bandwidth=3.0).term_model(problem)
     assert not np.any(quiet.Ka) and not np.any(quiet.e)
 
 
@@ -223,8 +223,8 @@ def test_gdd_control_feature_of_a_cosh_norm_is_exact_at_the_last_control():
     m, d, problem = _acrobot_gdd_state()
     d.ctrl[:] = [0.7]
     norm = Cosh(0.5)
-    cosh = ControlFeature(CostTerm(Control(m, [0.1]), norm, weight=1.0)).model(problem)
-    quad = ControlFeature(CostTerm(Control(m, [0.1]), weight=1.0)).model(problem)  # rows u(a) − u*
+    cosh = ControlFeature(CostTerm(Control(m, [0.1]), norm, weight=1.0)).term_model(problem)
+    quad = ControlFeature(CostTerm(Control(m, [0.1]), weight=1.0)).term_model(problem)  # rows u(a) − u*
     rho, P = norm.least_squares(np.array([0.6]))
     for delta in (0.0, 0.05):
         a = np.linalg.lstsq(quad.Ka, np.array([0.6 + delta]) - quad.e, rcond=None)[0]

@@ -498,15 +498,16 @@ def _print_report(report: dict, as_json: bool) -> None:
         print(f"{key:22s} {value}")
 
 
-def cmd_run_file(args, task=None, default_planner: str = "ilqg") -> int:
-    """``contactopt run FILE.py``: the ``TASK`` of a Python file (or ``task``) with any registered planner."""
+def cmd_run_file(args, task=None, default_planner: str | None = None) -> int:
+    """``contactopt run FILE.py``: the ``TASK`` of a Python file (or ``task``) with any registered planner
+    (without ``--planner``: ``default_planner``, else the task's own, :attr:`Task.default_planner`)."""
     from .mpc import registry
     from .mpc.task_runner import run_task, save_trajectory
     from .task import load_task_file
 
     if task is None:
         task = load_task_file(args.task)
-    planner = args.planner or default_planner
+    planner = args.planner or default_planner or task.default_planner
     registry.spec(planner)  # an unknown planner name lists the valid ones
     if "help" in (args.settings or ()):
         rows = registry.settings_help(planner, task)

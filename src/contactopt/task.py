@@ -220,7 +220,8 @@ class Task:
         for t in terms:
             if not isinstance(t, CostTerm):
                 raise ParameterError(f"task {self.name}: {what} returned a {type(t).__name__}, not a CostTerm")
-            if t.residual.model is not model:
+            built_for = t.residual.model
+            if built_for is not None and built_for is not model:
                 raise ParameterError(f"task {self.name}: cost term {t.name} was built for another model "
                                      "(build every term on the model the cost function is given)")
         return terms

@@ -38,6 +38,10 @@ Residuals (``target`` is subtracted; positions in metres, world frame):
 * :class:`MechanicalEnergy` — ``½vᵀMv − m gᵀc − E_target``
 * :class:`Combination` — ``Σ c_k r_k − offset`` (e.g. centre of mass minus the mean of the feet)
 * :class:`UserResidual` — any callable, Jacobian by central finite differences
+* :class:`AccelerationResidual` — the base of goal-directed dynamics' terms written over the
+  acceleration at one state (end effector, damping, centre of mass or pressure, contact force,
+  posture; :mod:`contactopt.solvers.gdd.terms`): ``CostTerm(term, weight=w)`` like any other
+  residual, consumed by the ``gdd`` planner only (:mod:`contactopt.costs.acceleration`)
 
 Time-step convention
 --------------------
@@ -66,6 +70,7 @@ per thread.
 
 from __future__ import annotations
 
+from .acceleration import AccelerationResidual
 from .frames import BodyPosition, CenterOfMass, CenterOfMassVelocity, SitePosition
 from .norms import L2, Cosh, Norm, OneSidedQuadratic, Quadratic, SmoothAbs
 from .residuals import Combination, Control, MechanicalEnergy, Qpos, Qvel, Residual, UserResidual
@@ -92,6 +97,7 @@ __all__ = [
     "MechanicalEnergy",
     "Combination",
     "UserResidual",
+    "AccelerationResidual",
     # costs
     "CostTerm",
     "StageCost",

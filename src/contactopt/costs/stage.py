@@ -10,6 +10,7 @@ import mujoco
 import numpy as np
 
 from ..errors import NonFiniteError, ParameterError, as_array, check_nonnegative
+from .acceleration import AccelerationResidual
 from .norms import Norm, Quadratic
 from .residuals import Residual, _batch_requests
 
@@ -18,6 +19,7 @@ __all__ = [
     "CostTerm",
     "StageCost",
     "StageDerivatives",
+    "refuse_acceleration_terms",
 ]
 
 
@@ -26,10 +28,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CostTerm:
-    """One weighted term ``w · norm(residual(x, u))`` of a stage cost.
+    """One weighted term ``w · norm(residual(x, u))`` of a cost.
 
     Attributes:
-      residual: the :class:`Residual`.
+      residual: a :class:`Residual` over states and controls (every planner consumes it), or an
+        :class:`~contactopt.costs.acceleration.AccelerationResidual` over the acceleration at
+        one state (goal-directed dynamics' own terms; only ``gdd`` consumes it, with its own
+        quadratic form, so its norm must be :class:`Quadratic`).
       norm: the :class:`Norm` (default :class:`Quadratic`).
       weight: ``w ≥ 0`` (finite).
     """
@@ -39,10 +44,14 @@ class CostTerm:
     weight: float = 1.0
 
     def __post_init__(self):
-        if not isinstance(self.residual, Residual):
-            raise ParameterError(f"CostTerm residual must be a Residual, got {type(self.residual).__name__}")
+        if not isinstance(self.residual, (Residual, AccelerationResidual)):
+            raise ParameterError(f"CostTerm residual must be a Residual or an AccelerationResidual, got "
+                                 f"{type(self.residual).__name__}")
         if not isinstance(self.norm, Norm):
             raise ParameterError(f"CostTerm norm must be a Norm, got {type(self.norm).__name__}")
+        if isinstance(self.residual, AccelerationResidual) and type(self.norm) is not Quadratic:
+            raise ParameterError(f"cost term {self.residual.name}: an acceleration-level term has its own "
+                                 f"quadratic form; its norm must be Quadratic, got {type(self.norm).__name__}")
         object.__setattr__(self, "weight",
                            check_nonnegative(f"weight of {self.residual.name}", self.weight))
 
@@ -50,6 +59,25 @@ class CostTerm:
     def name(self) -> str:
         """The residual's name (used in logs and error messages)."""
         return self.residual.name
+
+    @property
+    def acceleration_level(self) -> bool:
+        """True for a term over accelerations (:class:`AccelerationResidual`): only ``gdd`` takes it."""
+        return isinstance(self.residual, AccelerationResidual)
+
+
+def refuse_acceleration_terms(terms, planner: str) -> None:
+    """Raise :class:`ParameterError` naming the first acceleration-level term of ``terms``.
+
+    ``planner`` names the consumer in the message (a planner over states and controls, which
+    cannot evaluate a term that is written over the acceleration at one state).
+    """
+    for t in terms:
+        if isinstance(t, CostTerm) and t.acceleration_level:
+            raise ParameterError(
+                f"cost term {t.name} ({type(t.residual).__name__}) is written over accelerations: only the "
+                f"'gdd' planner consumes such terms, {planner} plans over states and controls (write it "
+                "with a state residual of contactopt.costs, e.g. SitePosition, Qpos, Qvel)")
 
 
 @dataclass(frozen=True)
@@ -106,7 +134,7 @@ def moving_residuals(terms) -> list:
         stack = [t.residual]
         while stack:
             r = stack.pop()
-            if r.reference is not None and all(r is not o for o in out):
+            if getattr(r, "reference", None) is not None and all(r is not o for o in out):
                 out.append(r)
             stack.extend(res for _, res in getattr(r, "parts", ()))
     return out
@@ -120,7 +148,9 @@ class StageCost:
       terms: :class:`CostTerm` objects (an empty list is the zero cost).
 
     Raises:
-      ParameterError: a term built for another model, or not a CostTerm.
+      ParameterError: a term built for another model, not a CostTerm, or written over
+        accelerations (:class:`~contactopt.costs.acceleration.AccelerationResidual`: it has no
+        value at a state and control).
     """
 
     def __init__(self, model: mujoco.MjModel, terms: Iterable[CostTerm] = ()):
@@ -131,6 +161,8 @@ class StageCost:
         for t in self.terms:
             if not isinstance(t, CostTerm):
                 raise ParameterError(f"StageCost terms must be CostTerm objects, got {type(t).__name__}")
+        refuse_acceleration_terms(self.terms, "a cost over states and controls")
+        for t in self.terms:
             if t.residual.model is not model:
                 raise ParameterError(f"cost term {t.name} was built for a different model")
         self.nx = model.nq + model.nv + model.na

@@ -373,4 +373,4 @@ register(PlannerSpec("gdd", "goal-directed dynamics (Todorov 2018): a zero-horiz
     Option("max_iterations", int, 50, "Gauss-Newton iterations per solve"),
     Option("static_check", bool, True, "refuse a configuration target that cannot be held on the way to it "
            "within the actuator limits (seed 0's initial state)"),
-), build_gdd))
+), build_gdd, accelerations=True))

@@ -54,9 +54,11 @@ class _GoalsMixin:
         from .registry import cost_weight_keys
 
         terms = self.task.cost_terms(self._cost_model)
-        self._term_keys = cost_weight_keys(terms)
-        self._term_costs = [StageCost(self._cost_model, [dataclasses.replace(t, weight=1.0)]) for t in terms]
-        self._term_uses_u = [t.residual.uses_control for t in terms]
+        # terms over accelerations have no value at a state: the plot shows the others
+        keys = [(k, t) for k, t in zip(cost_weight_keys(terms), terms) if not t.acceleration_level]
+        self._term_keys = [k for k, _ in keys]
+        self._term_costs = [StageCost(self._cost_model, [dataclasses.replace(t, weight=1.0)]) for _, t in keys]
+        self._term_uses_u = [t.residual.uses_control for _, t in keys]
 
     def _find_goals(self) -> dict:
         from .registry import cost_weight_keys
@@ -68,7 +70,7 @@ class _GoalsMixin:
             for key, t in zip(cost_weight_keys(terms), terms):
                 r = t.residual
                 gkey = "target." + key[len("weight."):]
-                if gkey in out or not _is_point_residual(r) or r.reference is not None:
+                if gkey in out or not _is_point_residual(r) or getattr(r, "reference", None) is not None:
                     continue  # a target that follows a reference is not a goal to drag
                 mask = np.zeros(3, dtype=bool)
                 mask[np.asarray(r.axes, dtype=int)] = True

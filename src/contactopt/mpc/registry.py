@@ -101,12 +101,18 @@ class Option:
 
 @dataclass(frozen=True)
 class PlannerSpec:
-    """A registered planner: ``build(task, plant, options) -> planner``."""
+    """A registered planner: ``build(task, plant, options) -> planner``.
+
+    ``accelerations``: whether the planner consumes cost terms written over accelerations
+    (:class:`~contactopt.costs.AccelerationResidual`, goal-directed dynamics' own terms);
+    :func:`make` refuses a task holding one for a planner that does not, naming the term.
+    """
 
     name: str
     description: str
     options: tuple
     build: Callable
+    accelerations: bool = False
 
     def option(self, key: str) -> Option:
         for opt in self.options:
@@ -312,6 +318,14 @@ def make(name: str, task, *, plant: mujoco.MjModel | None = None, **settings):
     if plant is None:
         plant = task.load_plant()
     options, weights = parse_settings(name, task, settings, model=plant)
+    if not sp.accelerations:
+        from ..costs.stage import refuse_acceleration_terms
+
+        for terminal in (False, True):
+            try:
+                refuse_acceleration_terms(task.cost_terms(plant, terminal=terminal) or (), f"'{name}'")
+            except ParameterError as exc:
+                raise ParameterError(f"planner '{name}' cannot run task {task.name}: {exc}") from None
     planner = sp.build(task, plant, options, weights)
     planner.options = dict(options, **weights)
     planner.planner_name = name

@@ -61,12 +61,13 @@ def guarded(task_name: str, what: str, fn):
 
 
 def _metric(task, plant):
-    """The recorded metric: the task's own, else its running cost at the plant's state and control."""
+    """The recorded metric: the task's own, else its running cost at the plant's state and control
+    (its terms over states and controls: a term written over accelerations has no value there)."""
     if task.metric is not None:
         return guarded(task.name, "metric", task.metric)
     from ..costs import StageCost
 
-    stage = StageCost(plant, task.cost_terms(plant))
+    stage = StageCost(plant, [t for t in task.cost_terms(plant) if not t.acceleration_level])
     moving = bool(stage.moving_residuals)
 
     def running_cost(model, data):

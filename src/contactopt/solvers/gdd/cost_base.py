@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...costs.acceleration import AccelerationResidual
 from ...errors import NonFiniteError, ParameterError, as_array, check_nonnegative
 from .problem import GDDProblem
 
@@ -215,7 +216,7 @@ class CostArrays:
     def first_nonfinite(self) -> str | None:
         """Name of the first term whose data are not finite (None if all are)."""
         for t, sl, (kind, a, b) in zip(self.terms, self.slots, self.index):
-            if not t.active or t.weight == 0.0:
+            if not t.active or t._weight == 0.0:
                 continue
             for arr in (sl.target, sl.mask, sl.Ka, sl.Kf, sl.e):
                 if arr is not None and not np.all(np.isfinite(arr)):
@@ -240,19 +241,28 @@ class CostArrays:
 # --------------------------------------------------------------------------- base class
 
 
-class AccelerationTerm(abc.ABC):
-    """A weighted cost term over accelerations.
+class AccelerationTerm(AccelerationResidual, abc.ABC):
+    """A weighted cost term over accelerations (an
+    :class:`~contactopt.costs.acceleration.AccelerationResidual`).
 
     Subclasses set ``kind`` — ``"mass"`` (``(w/2)(a − t)ᵀM(a − t)``), ``"diag"``
     (``(w/2)Σ m_i(a_i − t_i)²``), ``"rows"`` (``(w/2)‖Ka a + e‖²``, ``rows`` rows) or
     ``"force_rows"`` (``(w/2)‖Ka a + Kf f(a) + e‖²``) — and implement :meth:`fill`,
     which writes the unweighted data of the current state in place.
 
+    The term enters a cost as the residual of a shared :class:`~contactopt.costs.CostTerm`,
+    ``CostTerm(term, weight=c)``, or directly (``Cost(term)``, ``c = 1``); its effective weight is
+    ``w = c · weight``.
+
     Attributes:
-      weight: non-negative multiplier w of the term (settable).
+      weight: non-negative multiplier of the term (settable).
+      cost_weight: the multiplier ``c`` of the :class:`~contactopt.costs.CostTerm` the term was
+        given in (1 when given directly; set by :class:`Cost`).
+      effective_weight: ``w = cost_weight · weight``, what the solver uses.
       active: a disabled term contributes nothing (settable), e.g. to switch off an
         end-effector goal once it is reached (seed section VI).
       name: label used in error messages.
+      model: the model the term was built for (None for terms that need none).
     """
 
     kind: str = "rows"
@@ -262,18 +272,38 @@ class AccelerationTerm(abc.ABC):
         # [effective weight (0 when inactive), term parameter]: read by the compiled solver
         self._kw = np.zeros(2)
         self._active = True
+        self._cost_weight = 1.0
         self.weight = weight
         self.name = name or type(self).__name__
 
+    def _sync_weight(self) -> None:
+        self._weight = self._cost_weight * self._base_weight
+        self._kw[0] = self._weight if self._active else 0.0
+
     @property
     def weight(self) -> float:
-        """Non-negative multiplier w of the term."""
-        return self._weight
+        """Non-negative multiplier of the term (the effective weight is ``cost_weight · weight``)."""
+        return self._base_weight
 
     @weight.setter
     def weight(self, value: float) -> None:
-        self._weight = check_nonnegative("weight", value)
-        self._kw[0] = self._weight if self._active else 0.0
+        self._base_weight = check_nonnegative("weight", value)
+        self._sync_weight()
+
+    @property
+    def cost_weight(self) -> float:
+        """The weight ``c`` of the :class:`~contactopt.costs.CostTerm` that holds the term (1 if none)."""
+        return self._cost_weight
+
+    @cost_weight.setter
+    def cost_weight(self, value: float) -> None:
+        self._cost_weight = check_nonnegative(f"weight of {self.name}", value)
+        self._sync_weight()
+
+    @property
+    def effective_weight(self) -> float:
+        """``cost_weight · weight``: the multiplier the solver applies."""
+        return self._weight
 
     @property
     def active(self) -> bool:
@@ -283,7 +313,7 @@ class AccelerationTerm(abc.ABC):
     @active.setter
     def active(self, value: bool) -> None:
         self._active = bool(value)
-        self._kw[0] = self._weight if self._active else 0.0
+        self._sync_weight()
 
     def _fast_spec(self):
         """What the compiled solver needs to evaluate this term itself (None: it cannot).
@@ -297,7 +327,7 @@ class AccelerationTerm(abc.ABC):
     def fill(self, problem: GDDProblem, out: _Slot) -> None:
         """Write this term's unweighted data for ``problem``'s state into ``out`` (see :class:`_Slot`)."""
 
-    def model(self, problem: GDDProblem) -> TermModel:
+    def term_model(self, problem: GDDProblem) -> TermModel:
         """The weighted :class:`TermModel` at ``problem``'s state.
 
         Raises:
@@ -312,7 +342,7 @@ class AccelerationTerm(abc.ABC):
 
     def evaluate(self, problem: GDDProblem, qacc):
         """Value, gradient ``(nv,)`` and Hessian ``(nv, nv)`` of the weighted term at ``qacc``."""
-        return self.model(problem).evaluate(problem, qacc)
+        return self.term_model(problem).evaluate(problem, qacc)
 
     def __add__(self, other):
         return Cost(self, other)
@@ -326,16 +356,29 @@ class Cost:
 
     ``Cost(term1, term2)``, ``term1 + term2`` or ``cost + term`` compose terms;
     ``cost.terms`` lists them (``weight`` and ``active`` of a term may change
-    between solves; adding or removing terms rebuilds the buffers).
+    between solves; adding or removing terms rebuilds the buffers).  A shared
+    :class:`~contactopt.costs.CostTerm` whose residual is an :class:`AccelerationTerm` is
+    taken as that term with ``cost_weight`` set to the CostTerm's weight.  A CostTerm over
+    states (a :class:`~contactopt.costs.Residual`) must first become an acceleration feature
+    (:func:`contactopt.solvers.gdd.features.acceleration_terms`).
     """
 
     def __init__(self, *terms):
+        from ...costs import CostTerm
+
         flat: list[AccelerationTerm] = []
         for t in terms:
             if isinstance(t, Cost):
                 flat.extend(t.terms)
             elif isinstance(t, AccelerationTerm):
                 flat.append(t)
+            elif isinstance(t, CostTerm):
+                if not isinstance(t.residual, AccelerationTerm):
+                    raise ParameterError(
+                        f"cost term {t.name} is written over states; turn it into an acceleration feature "
+                        "first (contactopt.solvers.gdd.features.acceleration_terms)")
+                t.residual.cost_weight = t.weight
+                flat.append(t.residual)
             elif isinstance(t, (list, tuple)):
                 flat.extend(Cost(*t).terms)
             else:
@@ -366,7 +409,7 @@ class Cost:
 
     def term_models(self, problem: GDDProblem) -> list[tuple[AccelerationTerm, TermModel]]:
         """``(term, weighted model)`` of every active term with nonzero weight."""
-        return [(t, t.model(problem)) for t in self.terms if t.active and t.weight > 0]
+        return [(t, t.term_model(problem)) for t in self.terms if t.active and t._weight > 0]
 
     def evaluate(self, problem: GDDProblem, qacc):
         """Value, gradient ``(nv,)`` and Hessian ``(nv, nv)`` of the whole cost at ``qacc``."""

@@ -9,7 +9,7 @@ Every term is, at a given state, a (Gauss-Newton) quadratic in the acceleration
 :meth:`AccelerationTerm.fill` writes a term's data for one
 :class:`~contactopt.solvers.gdd.problem.GDDProblem` in place (no allocation on the
 solver's hot path); :class:`Cost` gathers the terms into :class:`CostArrays`,
-the form the solver kernel takes, and :meth:`AccelerationTerm.model` returns the
+the form the solver kernel takes, and :meth:`AccelerationTerm.term_model` returns the
 weighted arrays of one term (:class:`TermModel`).  :meth:`AccelerationTerm.evaluate` gives value, gradient and
 Hessian (exact inside each piece where the constraint states are fixed:
 ``∇ℓ = Qa + q + Kᵀr``, ``H = Q + KᵀK`` with ``K = Ka + Kf ∂f/∂a``).

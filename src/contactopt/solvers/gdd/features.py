@@ -81,6 +81,7 @@ class ResidualFeature(AccelerationTerm):
         self._data = mujoco.MjData(res.model)
         self._q = np.empty(res.model.nq)
         super().__init__(term.weight, name=term.name)
+        self.model = term.residual.model
 
     def _eval(self, qpos, qvel, jacobian):
         m, d = self.residual.model, self._data
@@ -137,6 +138,7 @@ class ControlFeature(AccelerationTerm):
         self.rows = res.size
         self._P = np.linalg.pinv(actuation_map(res.model).control_gain)[res.actuators]  # (k, nv)
         super().__init__(term.weight, name=term.name)
+        self.model = term.residual.model
 
     def fill(self, problem: GDDProblem, out) -> None:
         P = self._P
@@ -177,6 +179,11 @@ def _gauss_newton_norm(norm, r):
 def acceleration_terms(terms, *, bandwidth: float) -> list:
     """The goal-directed terms of shared cost ``terms`` (module docstring).
 
+    A term whose residual is already over accelerations (goal-directed dynamics' own
+    :class:`~contactopt.solvers.gdd.AccelerationTerm`: end effector, damping, centre of mass or
+    pressure, contact force, posture) is taken as it is, with its ``cost_weight`` set to the
+    :class:`~contactopt.costs.CostTerm`'s weight.
+
     Raises:
       ParameterError: a term that has no acceleration form (names it and says why).
     """
@@ -184,7 +191,11 @@ def acceleration_terms(terms, *, bandwidth: float) -> list:
         raise ParameterError(f"bandwidth must be a positive number of 1/s, got {bandwidth!r}")
     out = []
     for t in terms:
-        if isinstance(t.residual, Control):
+        if isinstance(t.residual, AccelerationTerm):
+            # goal-directed dynamics' own term: already over accelerations
+            t.residual.cost_weight = t.weight
+            out.append(t.residual)
+        elif isinstance(t.residual, Control):
             out.append(ControlFeature(t))
         else:
             out.append(ResidualFeature(t, bandwidth=bandwidth))

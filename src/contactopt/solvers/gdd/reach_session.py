@@ -9,6 +9,7 @@ import math
 import mujoco
 import numpy as np
 
+from ...costs import CostTerm
 from ...errors import ParameterError, as_array
 from ...model import load_model, model_name, reset_to_keyframe
 from .costs import (
@@ -48,10 +49,13 @@ class ReachSession:
     Args:
       spec: the :class:`ReachSpec`.
       model: an already loaded model for ``spec.model`` (default: load it).
-      extra_terms: additional :class:`~contactopt.solvers.gdd.costs.AccelerationTerm` objects.
+      extra_terms: additional terms: :class:`~contactopt.costs.CostTerm` s whose residual is an
+        :class:`~contactopt.solvers.gdd.costs.AccelerationTerm` (or such terms alone, weight 1).
 
     Attributes:
-      model, data, solver, cost: the simulation.
+      model, data, solver, cost: the simulation (``cost`` the solver's
+        :class:`~contactopt.solvers.gdd.Cost` of ``cost_terms``, the session's terms as shared
+        :class:`~contactopt.costs.CostTerm` s).
       qref: ``(nq,)`` posture reference (the pose at the last release; with
         ``ReachSpec.posture_release="limb"`` only the released limb's joints, the rest the initial pose).
       goal: ``(3,)`` current dragged goal, m (NaN without an active drag).
@@ -106,28 +110,29 @@ class ReachSession:
         for frame, (kind, _) in self.frames.items():
             target = SpringDamper(np.zeros(3), stiffness=spec.ee_stiffness,
                                   max_acceleration=spec.ee_max_acceleration)
-            term = EndEffectorAcceleration(model, **{kind: frame}, target=target,
-                                           weight=self.effort_scale * spec.ee_weight, name=f"goal({frame})")
+            term = EndEffectorAcceleration(model, **{kind: frame}, target=target, name=f"goal({frame})")
             term.active = False
             self.ee_terms[frame] = term
-        terms = list(self.ee_terms.values())
-        self.posture = AccelerationTarget(model, self.posture_target,
-                                          weight=self.effort_scale * spec.posture_weight, name="posture")
-        terms.append(self.posture)
+        # the session's cost in the shared cost language: goal-directed terms as CostTerm residuals
+        terms = [CostTerm(t, weight=self.effort_scale * spec.ee_weight) for t in self.ee_terms.values()]
+        self.posture = AccelerationTarget(model, self.posture_target, name="posture")
+        terms.append(CostTerm(self.posture, weight=self.effort_scale * spec.posture_weight))
         self.com_anchor = data.subtree_com[0, :2].copy()
         self.com = None
         if spec.com_weight > 0:
             # horizontal spring to the anchor, damping on all three axes
             spring = SpringDamper(np.r_[self.com_anchor, 0.0], stiffness=spec.com_stiffness, axes=(1, 1, 0))
-            self.com = CenterOfMassAcceleration(model, target=spring, weight=self.effort_scale * spec.com_weight,
-                                                name="centre of mass")
-            terms.append(self.com)
-        self.damping = Damping(self.effort_scale * spec.damping_alpha, spec.damping_beta)
-        terms.append(self.damping)
+            self.com = CenterOfMassAcceleration(model, target=spring, name="centre of mass")
+            terms.append(CostTerm(self.com, weight=self.effort_scale * spec.com_weight))
+        self.damping = Damping(1.0, spec.damping_beta)
+        terms.append(CostTerm(self.damping, weight=self.effort_scale * spec.damping_alpha))
         for t in extra_terms:
-            if not isinstance(t, AccelerationTerm):
-                raise ParameterError(f"extra term is not a AccelerationTerm: {t!r}")
+            if not (isinstance(t, AccelerationTerm)
+                    or (isinstance(t, CostTerm) and isinstance(t.residual, AccelerationTerm))):
+                raise ParameterError(f"extra term is neither an AccelerationTerm nor a CostTerm of one: {t!r}")
             terms.append(t)
+        #: the cost as shared CostTerms (what a Task's cost function would return)
+        self.cost_terms = terms
         self.cost = Cost(*terms)
         self.active = -1
         self.goal = np.full(3, np.nan)

@@ -106,6 +106,7 @@ class EndEffectorAcceleration(AccelerationTerm):
         self.target = target
         self.rows = self.target.dim
         super().__init__(weight, name=name or f"EndEffectorAcceleration({label})")
+        self.model = model
         self._jac = np.zeros((6, model.nv))
         self._jacdot = np.zeros((6, model.nv))
         self._jd = self._jacdot[: self.rows]
@@ -245,6 +246,7 @@ class AccelerationTarget(AccelerationTerm):
             self.set_target(target)
         _bump_structure()
         super().__init__(weight, name=name or "AccelerationTarget")
+        self.model = model
 
     @property
     def target(self) -> np.ndarray:
@@ -314,6 +316,7 @@ class CenterOfMassAcceleration(AccelerationTerm):
         if self.target.dim != 3:
             raise ParameterError("CenterOfMassAcceleration takes a 3-D (position) target")
         super().__init__(weight, name=name or "CenterOfMassAcceleration")
+        self.model = model
         ids = []
         for b in range(1, model.nbody):
             p = b
@@ -446,6 +449,7 @@ class CenterOfPressure(AccelerationTerm):
                 force_scale = 1.0
         self.force_scale = check_positive("force_scale", force_scale)
         super().__init__(weight, name=name or "CenterOfPressure")
+        self.model = model
 
     def ground_contacts(self, problem: GDDProblem):
         """``(contact id, efc address, rows, pyramidal)`` of the contacts touching the ground body."""
@@ -507,6 +511,7 @@ class ContactForce(AccelerationTerm):
         self.body_id = _object_id(model, mujoco.mjtObj.mjOBJ_BODY, body, "body")
         self.target = as_array("target", target, (3,)).copy()
         super().__init__(weight, name=name or f"ContactForce({body})")
+        self.model = model
 
     def force_matrix(self, problem: GDDProblem) -> np.ndarray:
         """``(3, nefc)`` matrix G with ``G f`` = net contact force on the body (world, N)."""
