@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from . import register_task
 
-__all__ = ["run_humanoid_reach", "run_hand_reach"]
+__all__ = ["hand_reach_task", "humanoid_reach_task", "run_hand_reach", "run_humanoid_reach"]
 
 
 def _run(spec_factory, task: str, *, seconds=None, seed=0, video=None, plot=None, **options) -> dict:
@@ -81,9 +81,28 @@ def run_hand_reach(*, seconds: float | None = None, seed: int = 0, video=None, p
                 plot=plot, **options)
 
 
+def humanoid_reach_task():
+    """``humanoid-reach`` as a planner-independent :class:`contactopt.Task`
+    (:func:`contactopt.tasks.gdd_form.as_task` of the standard schedule)."""
+    from ..solvers.gdd.sessions import humanoid_reach_spec
+    from .gdd_form import as_task
+
+    return as_task(humanoid_reach_spec(), description=_DESCRIPTIONS["humanoid-reach"])
+
+
+def hand_reach_task():
+    """``hand-reach`` as a planner-independent :class:`contactopt.Task`."""
+    from ..solvers.gdd.sessions import hand_reach_spec
+    from .gdd_form import as_task
+
+    return as_task(hand_reach_spec(), description=_DESCRIPTIONS["hand-reach"])
+
+
+_DESCRIPTIONS = {"humanoid-reach": "stand on the floor and reach with the hands to dragged goals",
+                 "hand-reach": "move the fingertips to dragged goals while holding the ball"}
+
 register_task("humanoid-reach", "gdd", run_humanoid_reach, model="humanoid",
-              description="stand on the floor and reach with the hands to dragged goals",
-              default_seconds=6.0)
+              description=_DESCRIPTIONS["humanoid-reach"], default_seconds=6.0,
+              task_factory=humanoid_reach_task)
 register_task("hand-reach", "gdd", run_hand_reach, model="hand",
-              description="move the fingertips to dragged goals while holding the ball",
-              default_seconds=5.0)
+              description=_DESCRIPTIONS["hand-reach"], default_seconds=5.0, task_factory=hand_reach_task)

@@ -34,10 +34,42 @@ from .reach_spec import (
 )
 from .solver import GDDSettings, GDDSolver
 
-__all__ = ["ReachSession"]
+__all__ = ["ReachSession", "reach_initial_state"]
 
 
 # --------------------------------------------------------------------------- the session
+
+
+def reach_initial_state(spec: ReachSpec, model: mujoco.MjModel, data: mujoco.MjData, perturb=None) -> None:
+    """Put ``data`` in a session's initial state: the spec's keyframe, a free root lowered by
+    ``spec.lower_root`` m, then ``spec.grasp`` s of the grasp controls (time reset to 0, at rest);
+    forward kinematics computed.
+
+    Args:
+      perturb: optional ``perturb(model, data)`` applied after the keyframe and before the grasp
+        (the planner-independent form draws a seeded initial pose with it).
+    """
+    m, d = model, data
+    mujoco.mj_resetData(m, d)
+    reset_to_keyframe(m, d, spec.keyframe)
+    if spec.lower_root > 0:
+        for j in range(m.njnt):
+            if m.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_FREE) and m.body_parentid[m.jnt_bodyid[j]] == 0:
+                d.qpos[m.jnt_qposadr[j] + 2] -= spec.lower_root
+                break
+    if perturb is not None:
+        perturb(m, d)
+    if spec.grasp > 0 and spec.grasp_ctrl is not None:
+        d.ctrl[:] = as_array("grasp_ctrl", spec.grasp_ctrl, (m.nu,))
+        for _ in range(int(round(spec.grasp / m.opt.timestep))):
+            mujoco.mj_step(m, d)
+        d.ctrl[:] = 0.0
+        d.qvel[:] = 0.0
+        d.time = 0.0
+    # a cold forward solve: d.qacc (the first GDD solve's initial guess) then depends on
+    # the state only, so a dataset replay starts from the same guess
+    d.qacc_warmstart[:] = 0.0
+    mujoco.mj_forward(m, d)
 
 
 _NO_DOFS = np.zeros(0, dtype=int)
@@ -153,26 +185,9 @@ class ReachSession:
             self._limb_qpos[frame] = np.array(sorted(adr), dtype=int)
 
     def reset(self) -> None:
-        """Initial state: keyframe, root lowered, optional grasp; forward kinematics computed."""
-        m, d, spec = self.model, self.data, self.spec
-        mujoco.mj_resetData(m, d)
-        reset_to_keyframe(m, d, spec.keyframe)
-        if spec.lower_root > 0:
-            for j in range(m.njnt):
-                if m.jnt_type[j] == int(mujoco.mjtJoint.mjJNT_FREE) and m.body_parentid[m.jnt_bodyid[j]] == 0:
-                    d.qpos[m.jnt_qposadr[j] + 2] -= spec.lower_root
-                    break
-        if spec.grasp > 0 and spec.grasp_ctrl is not None:
-            d.ctrl[:] = as_array("grasp_ctrl", spec.grasp_ctrl, (m.nu,))
-            for _ in range(int(round(spec.grasp / m.opt.timestep))):
-                mujoco.mj_step(m, d)
-            d.ctrl[:] = 0.0
-            d.qvel[:] = 0.0
-            d.time = 0.0
-        # a cold forward solve: d.qacc (the first GDD solve's initial guess) then depends on
-        # the state only, so a dataset replay starts from the same guess
-        d.qacc_warmstart[:] = 0.0
-        mujoco.mj_forward(m, d)
+        """Initial state: keyframe, root lowered, optional grasp; forward kinematics computed
+        (:func:`reach_initial_state`)."""
+        reach_initial_state(self.spec, self.model, self.data)
 
     def _update_posture_gains(self) -> None:
         """Posture gains: ``kp (qref ⊖ q) − 2√kp v`` on every dof (``root_kp`` on a floating

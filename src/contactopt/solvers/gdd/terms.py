@@ -10,7 +10,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from ...errors import ParameterError, as_array, check_nonnegative, check_positive
+from ...errors import ContactoptError, ParameterError, as_array, check_nonnegative, check_positive
 from . import kernels as K
 from .cost_base import AccelerationTerm, _bump_structure, _fast
 from .problem import GDDProblem
@@ -112,6 +112,44 @@ class EndEffectorAcceleration(AccelerationTerm):
         self._jd = self._jacdot[: self.rows]
         self._jdp = self._jacdot[:3]
         self._jdr = self._jacdot[3:6] if self.rows == 6 else None
+
+    #: ``fn(t, t0, x0) -> (3,)`` goal position [m] of the :class:`SpringDamper` at time ``t``
+    #: (:meth:`with_reference`), or None for a goal that stays where it is put
+    reference = None
+
+    def with_reference(self, fn) -> "EndEffectorAcceleration":
+        """Let the spring's goal follow ``fn(t, t0, x0) -> (3,)`` [m, world]: a scripted drag, a
+        clock.  The planner writes the goal of the time it plans at (:meth:`schedule`; for the
+        zero-horizon ``gdd`` planner, the measured time).  Returns ``self``.
+
+        Raises:
+          ParameterError: ``fn`` is not callable, or the target is not a :class:`SpringDamper`.
+        """
+        if not callable(fn):
+            raise ParameterError(f"reference of {self.name} must be callable fn(t, t0, x0) -> (3,) goal, "
+                                 f"got {type(fn).__name__}")
+        if type(self._target) is not SpringDamper:
+            raise ParameterError(f"{self.name}: a reference moves a SpringDamper's goal; this term's target is "
+                                 f"a {type(self._target).__name__}")
+        self.reference = fn
+        return self
+
+    def schedule(self, times, t0: float, x0) -> None:
+        """Move the spring's goal to ``reference(times[0], t0, x0)`` (a zero-horizon plan has one
+        stage; ``times`` as :meth:`contactopt.costs.Residual.schedule` takes them).
+
+        Raises:
+          ParameterError: the reference raised or returned a bad shape; NonFiniteError: not finite.
+        """
+        if self.reference is None:
+            return
+        try:
+            goal = self.reference(float(times[0]), float(t0), x0)
+        except ContactoptError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code
+            raise ParameterError(f"reference of {self.name} raised {type(exc).__name__}: {exc}") from exc
+        self._target.position[:] = as_array(f"goal of {self.name}", goal, (3,))
 
     def _fast_spec(self):
         t = self._target
