@@ -28,7 +28,7 @@ def test_seed_ranges():
             tasks_bench.parse_seed_range(bad)
 
 
-def test_pairs_follow_the_registry():
+def test_pairs_follow_the_registry(monkeypatch):
     all_pairs = tasks_bench.pairs()
     assert ("acrobot", "ilqg") in all_pairs and ("acrobot", "idto") in all_pairs
     assert ("humanoid-reach", "gdd") in all_pairs
@@ -46,8 +46,14 @@ def test_pairs_follow_the_registry():
     runner, task = tasks_bench.resolve_pair("task:spinner", "idto")
     assert runner is None and task.name == "spinner"
     assert tasks_bench.resolve_pair("spinner", "idto")[0] is not None  # its tuned runner
-    with pytest.raises(ParameterError, match="task 'hand-reach' has no planner-independent form"):
-        tasks_bench.pairs(["task:hand-reach"])
+    assert tasks_bench.pairs(["task:hand-reach"], "gdd") == [("task:hand-reach", "gdd")]  # a GDD form
+    import contactopt.tasks as registry
+
+    registry.available_tasks()
+    monkeypatch.setitem(registry._TASKS, "formless", registry.TaskSpec("formless", "hand", "a runner only",
+                                                                       {"gdd": lambda **_: {}}))
+    with pytest.raises(ParameterError, match="task 'formless' has no planner-independent form"):
+        tasks_bench.pairs(["task:formless"])
 
 
 def test_a_refusing_planner_is_a_counted_error_not_a_crash():

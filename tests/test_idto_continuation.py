@@ -135,7 +135,7 @@ def test_cli_optimize_json(capsys):
     (["optimize", "no-such-task"], "unknown task"),
     (["optimize", "spinner", "--backend", "bogus"], "--backend"),
     (["optimize", "spinner", "--horizon", "0"], "--horizon"),
-    (["optimize", "hand-reach"], "no IDTO form"),
+    (["optimize", "hand-reach"], "planner 'idto' cannot run task hand-reach"),
     (["optimize", "spinner", "--backend", "compliant", "--continuation"], "--continuation"),
 ])
 def test_cli_optimize_bad_input(capsys, argv, message):

@@ -79,4 +79,4 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
         assert list(tmp_path.iterdir()) == []
     assert main(["optimize", "hand-reach", "--seeds", "0:2", "--out", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "has no IDTO form" in err and not out.exists()
+    assert "planner 'idto' cannot run task hand-reach" in err and err.count("\n") == 1 and not out.exists()

@@ -28,9 +28,11 @@ def test_missing_extra_is_one_line():
 
 def test_serve_refusals_are_one_line(capsys, tmp_path):
     pytest.importorskip("grpc")
-    assert main(["serve", "hand-reach"]) == 1  # a GDD reaching session: no planner-independent form
+    # a planner that cannot run the task is refused before the server listens
+    assert main(["serve", "hand-reach", "--planner", "ilqg"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("contactopt: error: task 'hand-reach' has no planner-independent form") and err.count("\n") == 1
+    assert err.startswith("contactopt: error: planner 'ilqg' cannot run task hand-reach: cost term goal(") \
+        and err.count("\n") == 1
     assert main(["serve", "acrobot", "--host", "0.0.0.0"]) == 1
     assert "token is required" in capsys.readouterr().err
     empty = tmp_path / "token"

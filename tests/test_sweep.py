@@ -48,7 +48,7 @@ def test_plan_units_ids_and_typed_grid():
     assert other.units[0].id not in ids
 
 
-def test_bad_grids_and_ranges():
+def test_bad_grids_and_ranges(monkeypatch):
     with pytest.raises(ParameterError, match="valid: horizon.*weight.qpos"):
         plan_sweep(PENDULUM, seeds=range(2), grid=parse_grid(["nope=1,2"]))
     with pytest.raises(ParameterError, match="--grid horizon: expected a number"):
@@ -58,8 +58,16 @@ def test_bad_grids_and_ranges():
             parse_grid(bad)
     with pytest.raises(ParameterError, match="--seeds"):
         plan_sweep(PENDULUM, seeds=range(3, 3))
+    # every bundled task has a form now: a runner-only task stands in for one that has none
+    import contactopt.tasks as registry
+
+    registry.available_tasks()
+    monkeypatch.setitem(registry._TASKS, "formless", registry.TaskSpec("formless", "hand", "a runner only",
+                                                                       {"gdd": lambda **_: {}}))
     with pytest.raises(ParameterError, match="fixed settings"):
-        plan_sweep("humanoid-reach", seeds=range(2), grid=parse_grid(["horizon=0.5"]))
+        plan_sweep("formless", seeds=range(2), grid=parse_grid(["horizon=0.5"]))
+    # a form: the grid applies to it
+    assert plan_sweep("humanoid-reach", seeds=range(2), grid=parse_grid(["horizon=0.5,1"])).units
     with pytest.raises(ContactoptError, match="unknown task"):
         plan_sweep("no-such-task", seeds=range(2))
 

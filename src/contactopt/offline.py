@@ -104,16 +104,25 @@ def _resolve(name: str):
     if name.endswith(".py") or os.sep in name:
         from .task import load_task_file
 
-        return None, load_task_file(name)
+        return None, _idto_can_run(load_task_file(name))
     spec = load_task(name)
     runner = spec.runners.get("idto")
     task = getattr(runner, "task", None) if runner is not None else None
     if isinstance(task, IDTOTask):
         return task, None
     if spec.task_factory is not None:
-        return None, spec.task()
+        return None, _idto_can_run(spec.task())
     raise NoIDTOFormError(f"task {name!r} has no IDTO form; tasks that have one: {', '.join(idto_task_names())} "
                           f"(or a task file)")
+
+
+def _idto_can_run(task):
+    """``task``, after the checks IDTO makes before planning (e.g. no cost term over accelerations):
+    a task it cannot run fails once, here, not in every seed of a dataset."""
+    from .mpc.registry import parse_settings
+
+    parse_settings("idto", task)
+    return task
 
 
 def _check_int(name: str, value, lo: int = 1) -> int | None:

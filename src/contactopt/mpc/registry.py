@@ -220,8 +220,9 @@ def parse_settings(name: str, task, settings: dict | None = None, *, model: mujo
     (the goal of a point residual, :func:`cost_target_keys`).
 
     Raises:
-      ParameterError: an unknown key (the message lists the valid ones) or a value of the
-        wrong type (names the key).
+      ParameterError: an unknown key (the message lists the valid ones), a value of the
+        wrong type (names the key), or a cost term over accelerations for a planner that does
+        not consume them (:attr:`PlannerSpec.accelerations`; names the term).
     """
     sp = spec(name)
     merged = {**dict(task.planner_options.get(name, {})), **dict(settings or {})}
@@ -230,6 +231,13 @@ def parse_settings(name: str, task, settings: dict | None = None, *, model: mujo
     running = task.cost_terms(model)
     weight_keys = cost_weight_keys(running)
     term = task.cost_terms(model, terminal=True)
+    if not sp.accelerations:
+        from ..costs.stage import refuse_acceleration_terms
+
+        try:
+            refuse_acceleration_terms([*running, *(term or ())], f"'{name}'")
+        except ParameterError as exc:
+            raise ParameterError(f"planner '{name}' cannot run task {task.name}: {exc}") from None
     terminal_keys = ["terminal." + k for k in cost_weight_keys(term)] if term else []
     target_keys = cost_target_keys(running)
     options = {o.name: o.default for o in sp.options}
@@ -318,14 +326,6 @@ def make(name: str, task, *, plant: mujoco.MjModel | None = None, **settings):
     if plant is None:
         plant = task.load_plant()
     options, weights = parse_settings(name, task, settings, model=plant)
-    if not sp.accelerations:
-        from ..costs.stage import refuse_acceleration_terms
-
-        for terminal in (False, True):
-            try:
-                refuse_acceleration_terms(task.cost_terms(plant, terminal=terminal) or (), f"'{name}'")
-            except ParameterError as exc:
-                raise ParameterError(f"planner '{name}' cannot run task {task.name}: {exc}") from None
     planner = sp.build(task, plant, options, weights)
     planner.options = dict(options, **weights)
     planner.planner_name = name
