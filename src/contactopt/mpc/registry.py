@@ -105,7 +105,8 @@ class PlannerSpec:
 
     ``accelerations``: whether the planner consumes cost terms written over accelerations
     (:class:`~contactopt.costs.AccelerationResidual`, goal-directed dynamics' own terms);
-    :func:`make` refuses a task holding one for a planner that does not, naming the term.
+    :func:`parse_settings` (hence :func:`make`, ``serve``) refuses a task holding one for a planner
+    that does not, naming the term.
     """
 
     name: str
