@@ -75,6 +75,32 @@ def test_busy_core_runs_and_stops():
     assert len(multiprocessing.active_children()) == before
 
 
+def test_the_load_process_does_not_outlive_a_killed_bench():
+    """A bench killed by a signal runs no ``finally``: its spinner must notice and stop (one stayed
+    at 90 % CPU for 10 minutes after a ``bench tasks --load`` was killed)."""
+    code = ("import os, signal, time; from contactopt.bench import tasks_bench\n"
+            "with tasks_bench.busy_core(True) as p:\n"
+            "    time.sleep(0.5); print(p.pid, flush=True); os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    pid = int(out.stdout.split()[0])
+
+    def running():
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                return fh.read().split(")")[-1].split()[0] not in ("Z", "X")  # a zombie has stopped
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 10.0
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stopped = not running()
+    if not stopped:
+        os.kill(pid, 9)
+    assert stopped
+
+
 def test_cli_errors_are_one_line():
     def run(*args):
         return subprocess.run([sys.executable, "-m", "contactopt", "bench", *args], capture_output=True, text=True,

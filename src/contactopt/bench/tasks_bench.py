@@ -76,21 +76,28 @@ def parse_seed_range(text) -> range:
     return seeds
 
 
-def _spin() -> None:  # pragma: no cover - runs in the load process
+def _spin(parent: int) -> None:  # pragma: no cover - runs in the load process
+    n = 0
     while True:
-        pass
+        n += 1
+        if n == 5_000_000:  # about every 0.2 s: a bench killed by a signal cannot stop us, so look
+            n = 0
+            if os.getppid() != parent:
+                return
 
 
 @contextlib.contextmanager
 def busy_core(enable: bool = True):
-    """Keep one CPU core busy (a spinning child process) while the block runs."""
+    """Keep one CPU core busy (a spinning child process) while the block runs; yields the process
+    (None when not ``enable``).  The spinner also stops by itself when the bench process is gone
+    (killed by a signal, so that no ``finally`` ran)."""
     if not enable:
-        yield
+        yield None
         return
-    proc = multiprocessing.get_context("spawn").Process(target=_spin, daemon=True)
+    proc = multiprocessing.get_context("spawn").Process(target=_spin, args=(os.getpid(),), daemon=True)
     proc.start()
     try:
-        yield
+        yield proc
     finally:
         proc.terminate()
         proc.join(5.0)
