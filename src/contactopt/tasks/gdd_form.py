@@ -117,27 +117,20 @@ def as_task(spec, *, name: str | None = None, description: str = "") -> Task:
     """
     from ..model import load_model
     from ..solvers.gdd.reach_session import ReachSession, reach_initial_state
-    from ..solvers.gdd.reach_spec import _resolve_frame
 
-    plant = load_model(spec.model)
-    nominal = ReachSession(spec, model=plant)  # home positions of the goal frames
+    nominal = ReachSession(spec, model=load_model(spec.model))  # home positions of the goal frames
     home = {f: nominal.frame_position(f) for f in nominal.frames}
     schedule = goal_schedule(spec, home)
-    frames = {f: _resolve_frame(plant, f) for f in home}
-    origins = {}
-    targets = []
-    for d in spec.drags:  # each drag's final goal, from where the last drag of its frame left it
-        origin = origins.get(d.frame, home[d.frame])
-        targets.append(d.final(origin, home[d.frame]))
-        origins[d.frame] = targets[-1]
+    # each drag's final goal: where the schedule has it when the drag's motion ends
+    targets = [schedule(d.frame, d.start + d.drag) for d in spec.drags]
+    frames = dict(nominal.frames)
     progress = _ReachProgress(spec, frames, targets)
 
     def cost(model):
         session = ReachSession(spec, model=model)
-        if spec.posture_free_chain and session._chain:
+        if spec.posture_free_chain:
             # the goal frames' limbs are held by their springs throughout: no posture spring there
-            session._free = np.unique(np.concatenate(list(session._chain.values())))
-            session._update_posture_gains()
+            session.free_goal_chains()
         for frame, term in session.ee_terms.items():
             term.active = True
             term.with_reference(lambda t, t0, x0, frame=frame: schedule(frame, t))

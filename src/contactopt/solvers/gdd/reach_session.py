@@ -189,6 +189,14 @@ class ReachSession:
         (:func:`reach_initial_state`)."""
         reach_initial_state(self.spec, self.model, self.data)
 
+    def free_goal_chains(self) -> None:
+        """Drop the posture spring (keep its damping) on the chains of every goal frame for good:
+        for a cost whose goal terms hold their limbs throughout (the planner-independent form,
+        :mod:`contactopt.tasks.gdd_form`), not only while a drag is held."""
+        if self._chain:
+            self._free = np.unique(np.concatenate(list(self._chain.values())))
+            self._update_posture_gains()
+
     def _update_posture_gains(self) -> None:
         """Posture gains: ``kp (qref ⊖ q) − 2√kp v`` on every dof (``root_kp`` on a floating
         base), damping only on the free chain of the dragged frame, nothing on the dofs of
