@@ -707,16 +707,24 @@ def _run_sync(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSetti
 def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSettings) -> float:
     d = plant.data
     lock = threading.Lock()
+    # the plant notifies after every step; the planner plans each state at most once, so a planner
+    # faster than the plant waits (without the GIL) instead of re-solving the same state in a loop
+    # that would keep the plant thread waiting for the interpreter
+    stepped = threading.Condition(lock)
     shared = {"t": float(d.time), "x": plant.state(), "policy": policy, "new": None, "stop": False,
               "error": None, "failures": 0}
 
     def planner_loop():
+        last_t = None
         try:
             while True:
-                with lock:
+                with stepped:
+                    while not shared["stop"] and shared["t"] == last_t:
+                        stepped.wait(0.1)
                     if shared["stop"]:
                         return
                     t, x = shared["t"], shared["x"]
+                last_t = t
                 upd = _check_update(planner.update(t, x))
                 with lock:
                     if upd.policy is not None:
@@ -760,13 +768,15 @@ def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSett
             u = plant.control(policy, t, x)
             plant.record(k, u)
             plant.step(k, u)
-            with lock:
+            with stepped:
                 shared["t"], shared["x"] = float(d.time), plant.state()
+                stepped.notify()
             if plant.done_early():
                 break
     finally:
-        with lock:
+        with stepped:
             shared["stop"] = True
+            stepped.notify()
         wall = time.perf_counter() - start
         thread.join()
     if shared["error"] is not None:
