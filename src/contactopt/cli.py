@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bench tasks: pairs that measure the lag use a fixed lag calibrated once on this machine")
     b.add_argument("--lag", type=float, default=None, metavar="SECONDS",
                    help="bench tasks: a fixed sync-mode lag for every pair (default: each task's own)")
+    b.add_argument("--async", dest="asynchronous", action="store_true",
+                   help="bench tasks: run every pair asynchronously in real time (planner and plant in "
+                        "separate threads, each task at its own target slowdown) instead of in sync mode")
     b.add_argument("--repeats", type=int, default=None, metavar="N",
                    help="interleaved pairs of timed blocks behind each ratio (bench contact/gdd/noise; "
                         "default 11, at least 5)")
@@ -345,14 +348,16 @@ def cmd_bench(args) -> int:
     for name, doing in (("seeds", "runs no seeded tasks"), ("records", "records no dataset"),
                         ("tasks", "takes no task list"), ("planner", "takes no planner"),
                         ("load", "has no load condition"), ("deterministic", "has no lag to fix"),
-                        ("lag", "has no lag to fix"), ("repeats", "reports no timing ratio"),
+                        ("lag", "has no lag to fix"), ("asynchronous", "has no async mode"),
+                        ("repeats", "reports no timing ratio"),
                         ("horizon_sweep", "has no horizon sweep"), ("minutes", "has no soak length"),
                         ("soaks", "runs no soaks")):
         value = getattr(args, name)
         if value is None or value is False:
             continue
         if name not in bench.options:
-            raise ParameterError(f"benchmark {bench.name!r} {doing} (--{name} is not supported)")
+            flag = {"asynchronous": "async"}.get(name, name).replace("_", "-")
+            raise ParameterError(f"benchmark {bench.name!r} {doing} (--{flag} is not supported)")
         if name == "seeds":
             from .bench.tasks_bench import parse_seed_range
 

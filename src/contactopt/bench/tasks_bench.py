@@ -12,6 +12,11 @@ makes.  A row reports:
   the task or raised, with its message);
 * ``mode``: ``sync measured lag``, ``sync fixed lag`` or ``async`` (the runs' mode).
 
+``--async`` runs every pair asynchronously in real time (planner and plant in their own threads,
+the plant paced at the task's target slowdown, the policy lag whatever the planner takes): the
+rate a researcher sees on this machine, not a reproducible one.  An async run uses both threads
+at once, so ``--workers`` above 1 makes the runs compete for the cores.
+
 Each run (pair × seed) is one unit of the sweep engine (:mod:`contactopt.sweep.engines`):
 serially in this process by default, on ``--workers N`` single-threaded processes otherwise.
 
@@ -163,27 +168,43 @@ def resolve_pair(name: str, planner: str):
     return None, spec.task()
 
 
-def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int = 0, lag: float | None = None):
+def _takes(runner, option: str) -> bool:
+    """True when the bundled ``runner`` names the keyword ``option`` in its signature."""
+    import inspect
+
+    return option in inspect.signature(runner).parameters
+
+
+def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int = 0, lag: float | None = None,
+            asynchronous: bool = False):
     """``(seed) -> report`` for one pair (a bundled runner, or the generic path).  With
     ``deterministic`` a measured lag is replaced by the pair's calibrated fixed lag
     (:mod:`contactopt.mpc.calibration`, calibrated from ``seed``); ``lag`` (s) fixes it for every
-    pair.  Generic runs stop once the success test has held (the outcome is the same: a failure
+    pair; ``asynchronous`` runs in ``mode="async"`` (real time at the task's target slowdown).  Generic runs stop once the success test has held (the outcome is the same: a failure
     is latched and no success can start after it)."""
     from ..mpc.calibration import runner_fixed_lag, task_fixed_lag
     from ..mpc.task_runner import run_task
 
     runner, task = resolve_pair(name, planner)
-    if runner is not None:
-        options: dict = {}
-        if lag is not None:
-            import inspect
+    if runner is not None and asynchronous and not _takes(runner, "mode"):
+        # a scripted runner with no async mode (the GDD reaching sessions): its task form runs instead
+        from ..tasks import load_task
 
-            if "lag" not in inspect.signature(runner).parameters:
+        task = load_task(name).task()
+        if task is None:
+            raise ParameterError(f"--async: the {planner} runs of {name} have no asynchronous mode")
+        runner = None
+    if runner is not None:
+        options: dict = {"mode": "async"} if asynchronous else {}
+        if lag is not None:
+            if not _takes(runner, "lag"):
                 raise ParameterError(f"--lag: the {planner} runs of {name} model no lag")
             options["lag"] = lag
         elif deterministic:
             runner_fixed_lag(name, planner, runner, options, seed)
         return lambda s: runner(seed=s, **options)
+    if asynchronous:
+        return lambda s: run_task(task, planner, seed=s, mode="async", stop_on_success=True).report
     if lag is None and deterministic:
         lag, _ = task_fixed_lag(task, planner, seed)
     return lambda s: run_task(task, planner, seed=s, lag=lag, stop_on_success=True).report
@@ -201,7 +222,7 @@ def _failure_kind(report: dict) -> str:
 @dataclass(frozen=True)
 class BenchUnit:
     """One run of ``bench tasks``: pair ``pair`` (``task`` × ``planner``) at ``seed``; ``deterministic``,
-    ``lag`` and ``calibration_seed`` as :func:`_runner` takes them."""
+    ``lag``, ``calibration_seed`` and ``asynchronous`` as :func:`_runner` takes them."""
 
     task: str
     planner: str
@@ -210,6 +231,7 @@ class BenchUnit:
     lag: float | None = None
     calibration_seed: int = 0
     pair: int = 0
+    asynchronous: bool = False
 
 
 #: Per-process runners of the pairs seen so far: ``key → (runner, None)`` or ``(None, "error: …")``
@@ -223,11 +245,12 @@ def run_bench_unit(unit: BenchUnit) -> dict:
     "replan_hz": updates applied per simulated second | None, "wall_s": wall seconds, including
     building the pair's runner the first time}``."""
     t0 = time.perf_counter()
-    key = (unit.task, unit.planner, unit.deterministic, unit.calibration_seed, unit.lag)
+    key = (unit.task, unit.planner, unit.deterministic, unit.calibration_seed, unit.lag, unit.asynchronous)
     if key not in _RUNNERS:
         try:
             _RUNNERS[key] = (_runner(unit.task, unit.planner, deterministic=unit.deterministic,
-                                     seed=unit.calibration_seed, lag=unit.lag), None)
+                                     seed=unit.calibration_seed, lag=unit.lag, asynchronous=unit.asynchronous),
+                             None)
         except ContactoptError as exc:
             _RUNNERS[key] = (None, f"error: {exc}")
     runner, error = _RUNNERS[key]
@@ -246,6 +269,8 @@ def run_bench_unit(unit: BenchUnit) -> dict:
                 out["replan_hz"] = float(report["replan_hz"])
             if report.get("mode"):
                 out["mode"] = run_mode(report)
+            if report.get("mode") == "async" and report.get("realtime_factor") is not None:
+                out["realtime_factor"] = float(report["realtime_factor"])
     out["wall_s"] = time.perf_counter() - t0
     return out
 
@@ -253,7 +278,7 @@ def run_bench_unit(unit: BenchUnit) -> dict:
 def _pair_row(name: str, planner: str, seeds: range, outcomes: list[dict]) -> dict:
     """The row of one pair from its units' outcomes (:func:`run_bench_unit`, seed order)."""
     failures: dict[str, int] = {}
-    tts, ms, hz, modes = [], [], [], set()
+    tts, ms, hz, rtf, modes = [], [], [], [], set()
     successes = 0
     for o in outcomes:
         if o["kind"] is None:
@@ -266,6 +291,8 @@ def _pair_row(name: str, planner: str, seeds: range, outcomes: list[dict]) -> di
             ms.append(o["update_ms"])
         if o.get("replan_hz") is not None:
             hz.append(o["replan_hz"])
+        if o.get("realtime_factor") is not None:
+            rtf.append(o["realtime_factor"])
         if o["mode"]:
             modes.add(o["mode"])
     return {
@@ -274,6 +301,7 @@ def _pair_row(name: str, planner: str, seeds: range, outcomes: list[dict]) -> di
         "time_to_success_median": float(np.median(tts)) if tts else None,
         "update_ms_median": float(np.median(ms)) if ms else None,
         "replan_hz_median": float(np.median(hz)) if hz else None,
+        "realtime_factor_median": float(np.median(rtf)) if rtf else None,
         "failures": failures, "mode": "/".join(sorted(modes)) or None,
         "wall_s": round(sum(o["wall_s"] for o in outcomes), 1),
     }
@@ -294,12 +322,12 @@ def using_workers(workers: int):
 
 
 def _run_units(todo, seeds: range, *, workers: int, bar=None, deterministic: bool = False,
-               lag: float | None = None) -> list[dict]:
+               lag: float | None = None, asynchronous: bool = False) -> list[dict]:
     """Rows of the pairs ``todo`` over ``seeds``, their units run on the sweep engine (``workers``
     1: here, serially, in order; more: a local process pool)."""
     from ..sweep.engines import Lost, make_engine
 
-    units = [BenchUnit(name, p, seed, deterministic, lag, seeds.start, i)
+    units = [BenchUnit(name, p, seed, deterministic, lag, seeds.start, i, asynchronous)
              for i, (name, p) in enumerate(todo) for seed in seeds]
     if workers > 1 and deterministic:  # calibrate each pair once, here, before the workers read the cache
         for name, p in todo:
@@ -337,7 +365,7 @@ def _loadavg() -> float | None:
 
 def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, seeds="0:8", tasks=None,
         planner: str | None = None, load: bool = False, deterministic: bool = False, lag: float | None = None,
-        plots=None, workers: int | None = None) -> dict:
+        plots=None, workers: int | None = None, asynchronous: bool = False) -> dict:
     """Run every selected task × planner pair over ``seeds``.
 
     Args:
@@ -350,6 +378,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
       deterministic: pairs whose runs measure the lag use a fixed lag calibrated once per pair on
         this machine (:mod:`contactopt.mpc.calibration`); their ``mode`` reads ``sync fixed lag``.
       lag: a fixed sync-mode lag (s) for every pair (excludes ``deterministic``).
+      asynchronous: run every pair in ``mode="async"``, real time at the task's target slowdown
+        (excludes ``deterministic`` and ``lag``); the rows' ``mode`` reads ``async``.
       plots: optional existing directory for ``tasks.png`` (success rate per pair).
       workers: run the units (pair × seed) on this many worker processes of the sweep engine
         (:mod:`contactopt.sweep.engines`); 1 (default, or :func:`using_workers`' value) runs them
@@ -357,8 +387,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
 
     Returns:
       ``{"rows": [{"task", "planner", "seeds", "successes", "success_rate",
-      "time_to_success_median", "update_ms_median", "replan_hz_median", "failures", "mode",
-      "wall_s"}, ...],
+      "time_to_success_median", "update_ms_median", "replan_hz_median", "realtime_factor_median",
+      "failures", "mode", "wall_s"}, ...],
       "load": "one core busy" | "none" (the bench's own load process), "cpu_count": int,
       "loadavg_1min": {"start", "end"}}`` (the machine's load average, other processes included:
       a measured-lag rate means little without it).
@@ -368,6 +398,9 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     seeds = parse_seed_range(seeds)
     if lag is not None and (deterministic or not (np.isfinite(lag) and lag >= 0)):
         raise ParameterError(f"--lag must be seconds >= 0 and excludes --deterministic, got {lag!r}")
+    if asynchronous and (deterministic or lag is not None):
+        raise ParameterError("--async runs in real time with the lag the planner takes; "
+                             "it excludes --deterministic and --lag (both fix a sync-mode lag)")
     todo = pairs(tasks, planner)
     workers = _WORKERS if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -375,7 +408,8 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     load_before = _loadavg()
     with busy_core(load), progress_bar(total=len(todo) * len(seeds), desc="bench tasks", unit="run",
                                        enable=progress) as bar:
-        rows = _run_units(todo, seeds, workers=workers, bar=bar, deterministic=deterministic, lag=lag)
+        rows = _run_units(todo, seeds, workers=workers, bar=bar, deterministic=deterministic, lag=lag,
+                          asynchronous=asynchronous)
     result = {"rows": rows, "load": "one core busy" if load else "none", "cpu_count": os.cpu_count(),
               "loadavg_1min": {"start": load_before, "end": _loadavg()}}
     if plots is not None:
@@ -413,7 +447,8 @@ def table(result: dict) -> str:
     text = format_table(rows, [
         ("task", "task", "{}"), ("planner", "planner", "{}"), ("seeds", "seeds", "{}"), ("rate", "success", "{}"),
         ("time_to_success_median", "t success [s]", "{:.2f}"), ("update_ms_median", "update ms", "{:.1f}"),
-        ("replan_hz_median", "replan Hz", "{:.0f}"), ("mode", "mode", "{}"), ("fails", "failures", "{}"),
+        ("replan_hz_median", "replan Hz", "{:.0f}"), ("realtime_factor_median", "RT factor", "{:.2f}"),
+        ("mode", "mode", "{}"), ("fails", "failures", "{}"),
     ])
     la = result.get("loadavg_1min") or {}
     return text + (f"\nload process: {result['load']}; {result['cpu_count']} cores; 1-min load average "
@@ -425,5 +460,5 @@ register_benchmark(Benchmark(
     description="success rate of every task × planner pair over a seed range (--seeds A:B, --tasks, --planner, --load)",
     run=run,
     table=table,
-    options=("seeds", "plots", "tasks", "planner", "load", "deterministic", "lag", "workers"),
+    options=("seeds", "plots", "tasks", "planner", "load", "deterministic", "lag", "asynchronous", "workers"),
 ))
