@@ -21,10 +21,7 @@ Modes
     second takes ``slowdown`` wall seconds (it runs slower if it cannot keep up; the
     reached real-time factor is reported), and always applies the newest policy.  The
     policy lag is measured: simulated time between the state a policy was planned from
-    and the moment the plant starts applying it.  The planner starts an update from each
-    plant state at most once, and on the ``update_period`` grid as in sync mode (no
-    sooner than the next grid instant of simulated time, at once when it is late; 0 = as
-    soon as the previous update is done and the plant has moved).
+    and the moment the plant starts applying it.
 
 A failed update (diverged solve, non-finite plan) never reaches the plant: the last good
 policy stays in force.  A non-finite feedback control falls back to the policy's
@@ -123,9 +120,8 @@ class MPCSettings:
       mode: ``"sync"`` or ``"async"`` (see the module docstring).
       lag: sync mode: seconds of simulated time until an update takes effect, or
         ``"measured"`` (wall time / ``slowdown``).
-      update_period: simulated time between update starts (s; updates start on this grid
-        unless the previous update is still running; 0 = as soon as the previous one is done).
-        In async mode the planner waits for the plant's clock to reach the grid.
+      update_period: sync mode: simulated time between update starts (s; updates start on
+        this grid unless the lag is longer; 0 = as soon as the previous one is done).
       slowdown: wall seconds per simulated second (async pacing; ``"measured"`` lag), ≥ 0
         (0 in async mode = run the plant as fast as it goes).
       pushes: :class:`Push` es applied to the plant.
@@ -719,18 +715,15 @@ def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSett
               "error": None, "failures": 0}
 
     def planner_loop():
-        last_t, next_start = None, -math.inf
+        last_t = None
         try:
             while True:
                 with stepped:
-                    while not shared["stop"] and (shared["t"] == last_t or shared["t"] < next_start - 1e-12):
+                    while not shared["stop"] and shared["t"] == last_t:
                         stepped.wait(0.1)
                     if shared["stop"]:
                         return
                     t, x = shared["t"], shared["x"]
-                # the next start on the grid of the update period (from the first update), or at
-                # once when this start is already a period late
-                next_start = t + s.update_period if last_t is None else max(next_start + s.update_period, t)
                 last_t = t
                 upd = _check_update(planner.update(t, x))
                 with lock:

@@ -147,7 +147,7 @@ def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0
     Args:
       seconds: simulated duration (default ``task.default_seconds``); seed: seeds the initial state.
       mode, lag, slowdown: see :class:`~contactopt.mpc.MPCSettings` (lag default: the task's fixed lag).
-      update_period: simulated seconds between update starts (default the task's; async mode too).
+      update_period: sync mode: simulated seconds between updates (default the task's).
       pushes: :class:`~contactopt.mpc.Push` es on the plant.
       mass_scale, friction_scale, gain_scale: model errors of the plant only
         (:func:`~contactopt.mpc.perturb_model`).
