@@ -21,7 +21,8 @@ Modes
     second takes ``slowdown`` wall seconds (it runs slower if it cannot keep up; the
     reached real-time factor is reported), and always applies the newest policy.  The
     policy lag is measured: simulated time between the state a policy was planned from
-    and the moment the plant starts applying it.
+    and the moment the plant starts applying it.  The planner starts from each plant state
+    at most once, as soon as its previous update is done.
 
 A failed update (diverged solve, non-finite plan) never reaches the plant: the last good
 policy stays in force.  A non-finite feedback control falls back to the policy's
