@@ -168,7 +168,12 @@ def test_fractional_lag_and_settings(model):
         assert np.all(np.isfinite(x25)) and not np.allclose(x25, x20) and not np.allclose(x25, x30)
         np.testing.assert_array_equal(planner.predict(0.0, x0, 0.0), x0)
         upd = planner.update(0.0, x0)
-        assert upd.policy.t0 == pytest.approx(0.025)
+        # the prediction runs on to the plan's next knot (0.03 s); unaligned it stops at 0.025 s
+        assert upd.policy.t0 == pytest.approx(0.03)
+        planner.align_to_knots = False
+        upd = planner.update(0.03, x0)
+        assert upd.policy.t0 == pytest.approx(0.055)
+        planner.align_to_knots = True
         # never predicts beyond the plan
         planner.set_lag_compensation(10.0)
         assert planner.prediction_lag() == pytest.approx(20 * H)
@@ -180,3 +185,32 @@ def test_fractional_lag_and_settings(model):
                 planner.set_lag_compensation(bad)
         with pytest.raises(ParameterError):
             planner.set_lag_compensation(0.01, prediction="exact")
+
+
+@pytest.mark.parametrize("align", [True, False])
+def test_compensated_updates_start_on_the_previous_plans_knots(align):
+    """Updates every plant step (half a planner step) with a half-step lag: aligned, each plan
+    starts on the first plan's knot grid, so the warm start shifts by whole steps; unaligned,
+    by half steps (which blend neighbouring controls)."""
+    planner_model = load_model("acrobot", timestep=H)
+    plant = load_model("acrobot", timestep=H / 2)
+    for m in (planner_model, plant):
+        m.actuator_ctrlrange[:] = [-20, 20]
+    starts = []
+
+    class Spy(ILQGPlanner):
+        def update(self, t, x):
+            upd = super().update(t, x)
+            starts.append(self.t_plan)
+            return upd
+
+    d = mujoco.MjData(plant)
+    d.qpos[:] = [0.1, -0.2]
+    with MujocoDynamics(planner_model, nthread=1) as dyn:
+        planner = Spy(dyn, _cost(planner_model), 30, initial_iterations=5, lag_compensation=H / 2,
+                      lag_substeps=2, align_to_knots=align)
+        run_mpc(planner, plant, d, MPCSettings(duration=0.2, lag=H / 2))
+    steps = np.array(starts) / H
+    assert len(steps) >= 10
+    on_grid = np.abs(steps - np.round(steps)) < 1e-9
+    assert on_grid.all() if align else not on_grid.all()
