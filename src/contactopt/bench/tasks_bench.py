@@ -180,8 +180,9 @@ def _runner(name: str, planner: str, *, deterministic: bool = False, seed: int =
     """``(seed) -> report`` for one pair (a bundled runner, or the generic path).  With
     ``deterministic`` a measured lag is replaced by the pair's calibrated fixed lag
     (:mod:`contactopt.mpc.calibration`, calibrated from ``seed``); ``lag`` (s) fixes it for every
-    pair; ``asynchronous`` runs in ``mode="async"`` (real time at the task's target slowdown).  Generic runs stop once the success test has held (the outcome is the same: a failure
-    is latched and no success can start after it)."""
+    pair; ``asynchronous`` runs in ``mode="async"`` (real time at the task's target slowdown).
+    Generic runs stop once the success test has held (the outcome is the same: a failure is
+    latched and no success can start after it)."""
     from ..mpc.calibration import runner_fixed_lag, task_fixed_lag
     from ..mpc.task_runner import run_task
 
