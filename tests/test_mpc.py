@@ -185,17 +185,21 @@ def test_async_mode_measures_lag(acrobot):
     assert 0.2 < res.realtime_factor <= 1.1
 
 
-def test_async_mode_plans_each_plant_state_at_most_once(acrobot):
-    # A planner faster than the plant waits for the next state instead of re-solving the one it
-    # has: re-solving in a loop kept the plant thread waiting for the interpreter (a 0.04 ms GDD
-    # update ran the humanoid at 2 % of real time).
+def test_async_mode_a_fast_planner_waits_for_the_plant(acrobot):
+    # A planner done before the plant has moved waits for the next step (at most REPLAN_WAIT)
+    # instead of re-solving the same state in a tight loop, which kept the plant thread waiting
+    # for the interpreter (a 0.04 ms GDD update ran the humanoid at 2 % of real time).
+    from contactopt.mpc.runner import REPLAN_WAIT
+
     planner = RecordingPlanner(acrobot.nu)
     res = run_mpc(planner, acrobot, mujoco.MjData(acrobot), MPCSettings(duration=0.2, mode="async", slowdown=1.0))
     times = np.array([t for t, _ in planner.calls])
     steps = round(0.2 / acrobot.opt.timestep)
-    assert len(times) >= 3
-    assert np.all(np.diff(times) > 0), "a state was planned twice"
-    assert len(times) <= steps + 1
+    assert len(times) >= 3 and np.all(np.diff(times) >= 0)
+    # each update follows a new plant state or a wait of REPLAN_WAIT on the same one
+    same = int(np.sum(np.diff(times) == 0))
+    assert same <= res.wall_time / REPLAN_WAIT + 1, (same, res.wall_time)
+    assert len(times) <= steps + same + 1
     assert res.simulated_time == pytest.approx(0.2, abs=2 * acrobot.opt.timestep)
 
 
