@@ -173,7 +173,7 @@ class ILQGPlanner:
         ``t + lag``; ``lag`` itself when that knot lies beyond the plan."""
         n = math.ceil((t + lag - self.t_plan) / self.h - 1e-9)
         aligned = self.t_plan + n * self.h - t
-        return aligned if 0 < aligned <= self.horizon * self.h else lag
+        return aligned if aligned <= self.horizon * self.h else lag
 
     def _step_model(self, dt: float):
         """The planner model with time step ``dt`` (for a fractional last prediction step)."""
