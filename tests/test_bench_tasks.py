@@ -15,7 +15,7 @@ from contactopt.errors import ContactoptError, ParameterError
 ROOT = Path(__file__).resolve().parents[1]
 PENDULUM = str(ROOT / "examples" / "pendulum" / "pendulum_task.py")
 ROW_KEYS = {"task", "planner", "seeds", "successes", "success_rate", "time_to_success_median",
-            "update_ms_median", "failures"}
+            "update_ms_median", "failures", "failed_seeds"}
 
 
 def test_seed_ranges():
@@ -63,6 +63,7 @@ def test_a_refusing_planner_is_a_counted_error_not_a_crash():
     assert row["successes"] == 0 and row["success_rate"] == 0.0
     (kind, n), = row["failures"].items()
     assert n == 2 and kind.startswith("error: ") and "actuator" in kind
+    assert row["failed_seeds"] == {kind: [0, 1]}  # which seeds, by the same kind
 
 
 def test_busy_core_runs_and_stops():

@@ -10,6 +10,8 @@ makes.  A row reports:
 * ``failures``: the runs that did not succeed, by kind — ``fell`` (the task's latched failure
   test fired), ``timeout`` (the run ended without success) or ``error: …`` (the planner refused
   the task or raised, with its message);
+* ``failed_seeds``: the seeds of those runs, by the same kinds (``contactopt run TASK --seed S``
+  replays one);
 * ``mode``: ``sync measured lag``, ``sync fixed lag`` or ``async`` (the runs' mode).
 
 ``--async`` runs every pair asynchronously in real time (planner and plant in their own threads,
@@ -276,18 +278,20 @@ def run_bench_unit(unit: BenchUnit) -> dict:
     return out
 
 
-def _pair_row(name: str, planner: str, seeds: range, outcomes: list[dict]) -> dict:
-    """The row of one pair from its units' outcomes (:func:`run_bench_unit`, seed order)."""
+def _pair_row(name: str, planner: str, seeds: range, outcomes: list[tuple[int, dict]]) -> dict:
+    """The row of one pair from its units' ``(seed, outcome)`` (:func:`run_bench_unit`, seed order)."""
     failures: dict[str, int] = {}
+    failed_seeds: dict[str, list[int]] = {}
     tts, ms, hz, rtf, modes = [], [], [], [], set()
     successes = 0
-    for o in outcomes:
+    for seed, o in outcomes:
         if o["kind"] is None:
             successes += 1
             if o["time_to_success"] is not None:
                 tts.append(o["time_to_success"])
         else:
             failures[o["kind"]] = failures.get(o["kind"], 0) + 1
+            failed_seeds.setdefault(o["kind"], []).append(int(seed))
         if o["update_ms"] is not None:
             ms.append(o["update_ms"])
         if o.get("replan_hz") is not None:
@@ -303,8 +307,8 @@ def _pair_row(name: str, planner: str, seeds: range, outcomes: list[dict]) -> di
         "update_ms_median": float(np.median(ms)) if ms else None,
         "replan_hz_median": float(np.median(hz)) if hz else None,
         "realtime_factor_median": float(np.median(rtf)) if rtf else None,
-        "failures": failures, "mode": "/".join(sorted(modes)) or None,
-        "wall_s": round(sum(o["wall_s"] for o in outcomes), 1),
+        "failures": failures, "failed_seeds": failed_seeds, "mode": "/".join(sorted(modes)) or None,
+        "wall_s": round(sum(o["wall_s"] for _, o in outcomes), 1),
     }
 
 
@@ -346,7 +350,7 @@ def _run_units(todo, seeds: range, *, workers: int, bar=None, deterministic: boo
                     bar.update(1)
     finally:
         _RUNNERS.clear()
-    return [_pair_row(name, p, seeds, [o for _, o in sorted(outcomes[i], key=lambda t: t[0])])
+    return [_pair_row(name, p, seeds, sorted(outcomes[i], key=lambda t: t[0]))
             for i, (name, p) in enumerate(todo)]
 
 
@@ -389,7 +393,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     Returns:
       ``{"rows": [{"task", "planner", "seeds", "successes", "success_rate",
       "time_to_success_median", "update_ms_median", "replan_hz_median", "realtime_factor_median",
-      "failures", "mode", "wall_s"}, ...],
+      "failures", "failed_seeds", "mode", "wall_s"}, ...],
       "load": "one core busy" | "none" (the bench's own load process), "cpu_count": int,
       "loadavg_1min": {"start", "end"}}`` (the machine's load average, other processes included:
       a measured-lag rate means little without it).
