@@ -10,8 +10,8 @@ makes.  A row reports:
 * ``failures``: the runs that did not succeed, by kind — ``fell`` (the task's latched failure
   test fired), ``timeout`` (the run ended without success) or ``error: …`` (the planner refused
   the task or raised, with its message);
-* ``failed_seeds``: the seeds of those runs, by the same kinds (``contactopt run TASK --seed S``
-  replays one);
+* ``failed_seeds``: the seeds of those runs, by the same kinds (``contactopt run TASK --planner P
+  --seed S`` reruns one; exactly so where the lag was fixed);
 * ``mode``: ``sync measured lag``, ``sync fixed lag`` or ``async`` (the runs' mode).
 
 ``--async`` runs every pair asynchronously in real time (planner and plant in their own threads,
