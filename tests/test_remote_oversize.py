@@ -110,3 +110,67 @@ def test_oversize_requests_are_refused_logged_and_the_server_keeps_serving(serve
     finally:
         good.close()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], "an oversize request logged an error"
+
+
+def test_an_empty_request_stream_is_refused_as_malformed(server, caplog):
+    """A raw client that sends no request message (the server reads requests as a stream to
+    bound their size): INVALID_ARGUMENT naming it, logged, and the server keeps serving."""
+    caplog.set_level(logging.INFO, logger="contactopt.remote")
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        call = ch.stream_unary("/contactopt.remote.v1.PolicyServer/Status",
+                               request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError) as info:
+            call(iter(()), metadata=MD, timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "takes exactly one request message, got none" in info.value.details()
+        _logged(caplog, "refused Status from", "INVALID_ARGUMENT", "got none")
+        stub = PolicyServerStub(ch)
+        sid = stub.OpenSession(pb().OpenSessionRequest(paused=True), metadata=MD, timeout=10).session_id
+        assert stub.CloseSession(pb().SessionRequest(session_id=sid), metadata=MD, timeout=5).closed
+
+
+class _EndedContext:
+    """A servicer context whose call gRPC marks ended after ``polls`` calls of ``is_active``
+    (never: None), as when it drops a request over its hard size limit."""
+
+    def __init__(self, polls):
+        self.polls, self.aborted = polls, None
+
+    def peer(self):
+        return "ipv4:127.0.0.1:1"
+
+    def is_active(self):
+        if self.polls is None:
+            return True
+        self.polls -= 1
+        return self.polls > 0
+
+    def time_remaining(self):
+        return 5.0
+
+    def abort(self, code, details):
+        self.aborted = (code, details)
+        raise RuntimeError("aborted")
+
+
+@pytest.mark.parametrize("polls", [1, 5])
+def test_a_request_stream_that_gRPC_ended_is_logged_as_dropped_not_malformed(server, caplog, polls):
+    """gRPC's request iterator can end empty before the call is marked cancelled (a request over
+    the hard limit, seen once in CI): the handler waits for the call to end and logs it as
+    dropped unread, not as a client that sent no message."""
+    from contactopt.remote.server import _Servicer
+
+    caplog.set_level(logging.INFO, logger="contactopt.remote")
+    ctx = _EndedContext(polls)
+    refusals = server.refusals
+    with pytest.raises(RuntimeError, match="aborted"):
+        _Servicer(server).Step(iter(()), ctx)
+    assert ctx.aborted[0] == grpc.StatusCode.CANCELLED
+    assert server.refusals == refusals + 1
+    line = _logged(caplog, "refused Step from", "gRPC dropped the request unread", timeout=1.0)
+    assert "got none" not in line
+    # the call still active after the wait: the client really sent nothing
+    ctx = _EndedContext(None)
+    with pytest.raises(RuntimeError, match="aborted"):
+        _Servicer(server).Step(iter(()), ctx)
+    assert ctx.aborted[0] == grpc.StatusCode.INVALID_ARGUMENT and "got none" in ctx.aborted[1]

@@ -517,6 +517,11 @@ def _handler(fn):
             raw = next(requests)
         except StopIteration:
             raw = None
+            if _ended_unread(context):  # gRPC ended the call, e.g. over its hard size limit
+                self.server.refusals += 1
+                _log_unread(fn.__name__, peer, context, self.server)
+                # the call is over: gRPC sends nothing more, and an abort is not logged as an error
+                context.abort(grpc.StatusCode.CANCELLED, "the call ended before its request was read")
         except grpc.RpcError:  # gRPC ended the call before the request was read
             self.server.refusals += 1
             _log_unread(fn.__name__, peer, context, self.server)
@@ -549,6 +554,25 @@ def _handler(fn):
         context.abort(code, text[:2000])
 
     return wrapped
+
+
+#: seconds a handler whose request stream ended empty waits for gRPC to mark the call ended
+UNREAD_SETTLE_S = 0.25
+
+
+def _ended_unread(context, settle: float = UNREAD_SETTLE_S) -> bool:
+    """Whether a call whose request stream ended without a message was ended by gRPC (a request
+    over the hard size limit, a cancelled or late call) rather than sent empty by the client.
+
+    gRPC's request iterator can end before it marks the call cancelled (the two are separate
+    events), so this waits up to ``settle`` seconds for ``context.is_active()`` to turn False.
+    A client that really sent no message keeps the call active and costs the wait once."""
+    end = time.monotonic() + settle
+    while context.is_active():
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def _log_unread(method: str, peer: str, context, server: PolicyServer) -> None:
