@@ -518,12 +518,10 @@ def _handler(fn):
         except StopIteration:
             raw = None
             if _ended_unread(context):  # gRPC ended the call, e.g. over its hard size limit
-                self.server.refusals += 1
                 _log_unread(fn.__name__, peer, context, self.server)
                 # the call is over: gRPC sends nothing more, and an abort is not logged as an error
                 context.abort(grpc.StatusCode.CANCELLED, "the call ended before its request was read")
         except grpc.RpcError:  # gRPC ended the call before the request was read
-            self.server.refusals += 1
             _log_unread(fn.__name__, peer, context, self.server)
             raise  # gRPC knows this error: the status it sent stands, nothing more is logged
         try:
@@ -576,8 +574,8 @@ def _ended_unread(context, settle: float = UNREAD_SETTLE_S) -> bool:
 
 
 def _log_unread(method: str, peer: str, context, server: PolicyServer) -> None:
-    """Log a call that gRPC ended before its request could be read: over the hard size limit
-    (gRPC answered ``RESOURCE_EXHAUSTED``), past the client's deadline, or cancelled by it."""
+    """Count and log a call that gRPC ended before its request could be read: over the hard size
+    limit (gRPC answered ``RESOURCE_EXHAUSTED``), past the client's deadline, or cancelled by it."""
     left = context.time_remaining()
     if left is not None and left <= 0.0:
         why = "DEADLINE_EXCEEDED: the request did not arrive before the client's deadline"
@@ -585,6 +583,7 @@ def _log_unread(method: str, peer: str, context, server: PolicyServer) -> None:
         why = (f"RESOURCE_EXHAUSTED: gRPC dropped the request unread: over the hard receive limit of "
                f"{server.hard_limit} bytes (--max-message-bytes {server.max_message_bytes}; or the client "
                "cancelled the call while sending it)")
+    server.refusals += 1
     log.warning("refused %s from %s: %s", method, peer, why)
 
 
