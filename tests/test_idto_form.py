@@ -42,6 +42,8 @@ def test_the_generic_planner_on_the_form_builds_the_tasks_problem(name):
         np.testing.assert_allclose(g.R[actuated], o.R[actuated], rtol=1e-12)
         if np.unique(o.R[~actuated]).size <= 1:  # one R on every unactuated dof: exact
             np.testing.assert_allclose(g.R, o.R, rtol=1e-12)
+        # the rate the scenario was tuned at: its runner's update period, read by every loop
+        assert generic.update_period == pytest.approx(tuned.update_period)
         if o.contact is None:
             assert g.contact is None
         else:

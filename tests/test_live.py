@@ -242,3 +242,22 @@ def test_goal_in_initial_settings(acrobot):
                                    [0.0, 0.0, 3.5])
     finally:
         r.close()
+
+
+def test_update_period_set_live_paces_the_planner(run):
+    # ``update_period`` is a planner setting like any other: once set, the live loop plans from
+    # states on its grid (no more often), and a push still replans at once
+    with run._wake:
+        before = len(run.update_log.arrays()["t"])
+    run.set({"update_period": 0.1})
+    assert _wait(lambda: run.session.update_period == pytest.approx(0.1))
+    t0 = run.state()[0]
+    assert _wait(lambda: run.state()[0] > t0 + 1.0, timeout=30.0)
+    with run._wake:
+        log = {k: v[before:] for k, v in run.update_log.arrays().items()}
+    times = log["t"][np.isfinite(log["update_ms"])]  # the planner's rows (the plant logs lags)
+    late = times[times > t0 + 0.2]  # planned after the rebuild
+    # at most one plan per 100 ms of simulated time (and one more for the grid's start)
+    assert 3 <= late.size <= (late[-1] - late[0]) / 0.1 + 2, late
+    with pytest.raises(ParameterError, match="update_period"):
+        run.set({"update_period": "soon"})

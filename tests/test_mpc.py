@@ -80,6 +80,41 @@ def test_update_period_spaces_updates(acrobot):
     assert res.summary()["replan_hz"] == pytest.approx(50.0, rel=0.05)
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_planners_own_update_period_spaces_updates_in_both_modes(acrobot, mode):
+    # the planner's ``update_period`` attribute (every registered planner's option) is read
+    # before each update; async mode plans on the same grid and does not re-solve in between
+    planner = RecordingPlanner(acrobot.nu)
+    planner.update_period = 0.02
+    extra = {"lag": 0.0} if mode == "sync" else {"slowdown": 1.0}
+    res = run_mpc(planner, acrobot, mujoco.MjData(acrobot), MPCSettings(duration=0.3, mode=mode, **extra))
+    times = np.array([t for t, _ in planner.calls])
+    gaps = np.diff(times)
+    if mode == "sync":
+        assert len(times) == 15 and np.allclose(gaps, 0.02)
+    else:
+        # on the 20 ms grid (a late update moves it on, so single gaps may be shorter), and
+        # no re-solve of one state; a starved planner thread (a loaded machine) plans fewer
+        assert 3 <= len(times) <= 16 and np.all(gaps > 0), times
+    # the settings' period wins when it is the larger one
+    planner = RecordingPlanner(acrobot.nu)
+    planner.update_period = 0.01
+    res = run_mpc(planner, acrobot, mujoco.MjData(acrobot), MPCSettings(duration=0.1, lag=0.0, update_period=0.025))
+    assert np.allclose(np.diff([t for t, _ in planner.calls]), 0.025, atol=acrobot.opt.timestep)
+    assert res.replan_hz == pytest.approx(40.0, rel=0.15)
+
+
+def test_a_planner_period_that_is_not_a_number_is_ignored(acrobot):
+    from contactopt.mpc.runner import planner_update_period
+
+    settings = MPCSettings(duration=0.1, update_period=0.01)
+    for bad in (None, "soon", math.nan, -1.0, math.inf):
+        planner = RecordingPlanner(acrobot.nu)
+        planner.update_period = bad
+        assert planner_update_period(planner, settings) == 0.01
+    assert planner_update_period(RecordingPlanner(acrobot.nu), settings) == 0.01
+
+
 def test_failed_and_nan_updates_keep_the_last_good_policy(acrobot):
     d = mujoco.MjData(acrobot)
     planner = RecordingPlanner(acrobot.nu, fail_at={2, 3}, nan_at={5})

@@ -44,11 +44,16 @@ def _grid(task, plant, options):
     return float(h), max(1, round(horizon / h))
 
 
+#: every planner's replan period (read by the runner, the live session and the policy server)
+_UPDATE_PERIOD = Option("update_period", float, 0.0, "least simulated time [s] between the states MPC "
+                        "updates plan from (0: every plant step the planner is free); both modes")
+
 _COMMON = (
     Option("horizon", float, None, "planning horizon [s] (default: derived from the model)"),
     Option("timestep", float, None, "planner time step [s] (default: ≥ 10 ms, a multiple of the model's)"),
     Option("iterations", int, 1, "solver iterations per MPC update"),
     Option("initial_iterations", int, 30, "solver iterations of the first plan"),
+    _UPDATE_PERIOD,
 )
 
 
@@ -373,4 +378,5 @@ register(PlannerSpec("gdd", "goal-directed dynamics (Todorov 2018): a zero-horiz
     Option("max_iterations", int, 50, "Gauss-Newton iterations per solve"),
     Option("static_check", bool, True, "refuse a configuration target that cannot be held on the way to it "
            "within the actuator limits (seed 0's initial state)"),
+    _UPDATE_PERIOD,
 ), build_gdd, accelerations=True))

@@ -117,6 +117,7 @@ class LiveRun(_GoalsMixin):
         self._stop = False
         self._error: BaseException | None = None
         self._version = 0          # plant state version (changes with every step/reset/push)
+        self._urgent = False       # a push or a change since the last plan: replan off the period's grid
         self._generation = 0      # bumped by reset: the plant waits for a policy of this generation
         self._policy = None
         self._policy_generation = -1
@@ -258,6 +259,7 @@ class LiveRun(_GoalsMixin):
             d.qvel[:] += dv[0]
             mujoco.mj_forward(m, d)
             self._version += 1
+            self._urgent = True  # replans at once, off the update-period grid
             self._log(f"push {body} impulse={p.round(4).tolist()} angular={a.round(4).tolist()}")
             self._wake.notify_all()
             return dv[0].copy()
@@ -343,7 +345,8 @@ class LiveRun(_GoalsMixin):
                 self._log(f"set {k} = {v}" + (" (clamped)" if k in clamped else ""))
             if any(k.startswith(("weight.", "terminal.weight.", "target.")) for k in applied):
                 self._sample()  # the cost plot shows the new weights at once, also when paused
-            self._version += 1  # replan at once (also when paused)
+            self._version += 1
+            self._urgent = True  # replan at once (also when paused)
             self._wake.notify_all()
         values = self.values()
         out = {k: values.get(k, v) for k, v in applied.items()}
@@ -356,6 +359,7 @@ class LiveRun(_GoalsMixin):
             self.session.set_planner(name)
             self._log(f"planner = {name}")
             self._version += 1
+            self._urgent = True
             self._wake.notify_all()
 
     def _check_plant(self, changes: dict) -> dict:
@@ -406,6 +410,7 @@ class LiveRun(_GoalsMixin):
         mujoco.mj_forward(model, data)
         self.model, self.data, self._plant_params = model, data, params
         self._version += 1
+        self._urgent = True
 
     # ------------------------------------------------------------------ state and telemetry
 
@@ -581,10 +586,13 @@ class LiveRun(_GoalsMixin):
         session = self.session
         planned_version = -1
         planned_generation = -1
+        next_start = -np.inf  # the update-period grid (as in the runner's modes)
         try:
             while True:
                 with self._wake:
-                    while not self._stop and self._version == planned_version:
+                    while not self._stop and (self._version == planned_version or (
+                            self._generation == planned_generation and not self._urgent
+                            and self.data.time < next_start - 1e-9)):
                         self._wake.wait(0.1)
                     if self._stop:
                         return
@@ -592,6 +600,16 @@ class LiveRun(_GoalsMixin):
                     x = np.concatenate([self.data.qpos, self.data.qvel, self.data.act])
                     version, generation = self._version, self._generation
                     lag, self._last_lag = self._last_lag, None
+                    self._urgent = False
+                # the planner's own period (a setting: followed when changed); a late planner
+                # starts again from the newest state
+                period = session.update_period
+                if period <= 0:
+                    next_start = -np.inf
+                elif generation != planned_generation or not np.isfinite(next_start):
+                    next_start = t + period  # a new episode starts a new grid
+                else:
+                    next_start = max(next_start + period, t)
                 if lag is not None and session.planner is not None and generation == planned_generation:
                     observe = getattr(session.planner, "observe_lag", None)
                     if observe is not None:

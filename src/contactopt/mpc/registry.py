@@ -263,6 +263,8 @@ def parse_settings(name: str, task, settings: dict | None = None, *, model: mujo
             raise ParameterError(f"unknown setting {key!r} for planner {name!r} on task {task.name!r} "
                                  f"(valid: {', '.join(valid)})") from None
         options[key] = opt.parse(value)
+    if (options.get("update_period") or 0.0) < 0:
+        raise ParameterError(f"--set update_period: must be seconds >= 0, got {options['update_period']!r}")
     return options, weights
 
 
@@ -313,7 +315,7 @@ def make(name: str, task, *, plant: mujoco.MjModel | None = None, **settings):
 
     Returns:
       the planner (``reset``, ``update``, ``close``; ``model`` is the planner's model,
-      ``options`` the options it was built with).
+      ``options`` the options it was built with, ``update_period`` [s] its replan period).
 
     Raises:
       ParameterError: unknown planner, unknown option, a value of the wrong type, or a task
@@ -330,4 +332,6 @@ def make(name: str, task, *, plant: mujoco.MjModel | None = None, **settings):
     planner = sp.build(task, plant, options, weights)
     planner.options = dict(options, **weights)
     planner.planner_name = name
+    # the runner reads it before every update (runner.planner_update_period)
+    planner.update_period = float(options.get("update_period") or 0.0)
     return planner

@@ -21,9 +21,18 @@ Modes
     second takes ``slowdown`` wall seconds (it runs slower if it cannot keep up; the
     reached real-time factor is reported), and always applies the newest policy.  The
     policy lag is measured: simulated time between the state a policy was planned from
-    and the moment the plant starts applying it.  The planner starts its next update as soon
-    as the previous one is done and the plant has moved, or after :data:`REPLAN_WAIT` from
-    the same state (a warm-started re-solve: more iterations on it).
+    and the moment the plant starts applying it.  Without an update period the planner starts
+    its next update as soon as the previous one is done and the plant has moved, or after
+    :data:`REPLAN_WAIT` from the same state (a warm-started re-solve: more iterations on it).
+    With one, it plans from the first state at or after the next instant of the period's grid
+    (as in sync mode) and waits, without re-solving, in between.
+
+The update period is the larger of :attr:`MPCSettings.update_period` and the planner's own
+``update_period`` attribute (:func:`planner_update_period`; the ``update_period`` option of
+every registered planner), read before each update, so a planner whose setting changes
+during the run is followed.  It is the MPC rate a planner was tuned for: IDTO with one
+iteration per update converges each plan further the more often it updates, and some tasks
+only work near their paper's rate (``docs/experiments/remote-quadruped.md``).
 
 A failed update (diverged solve, non-finite plan) never reaches the plant: the last good
 policy stays in force.  A non-finite feedback control falls back to the policy's
@@ -50,6 +59,7 @@ from ..simulate import SimulationError
 from .policy import Policy
 
 __all__ = ["Planner", "PlannerUpdate", "Push", "MPCSettings", "MPCResult", "UpdateRecord", "UpdateLog",
+           "planner_update_period",
            "run_mpc", "perturb_model", "find_min_slowdown", "BREAKDOWN_KEYS", "PLANT_CONTACTS",
            "plant_stepper"]
 
@@ -93,7 +103,8 @@ class Planner(Protocol):
     counted against the plant); ``update(t, x)`` makes one receding-horizon update from
     the state measured at time ``t``.  Both return a :class:`PlannerUpdate`.
     Optionally, ``observe_lag(seconds)`` is called with the policy lag of every applied
-    update (sync: the modeled lag; async: the measured one).
+    update (sync: the modeled lag; async: the measured one), and an ``update_period``
+    attribute (simulated seconds ≥ 0) sets the least time between the states it plans from.
     """
 
     def reset(self, t: float, x: np.ndarray) -> PlannerUpdate: ...
@@ -122,8 +133,9 @@ class MPCSettings:
       mode: ``"sync"`` or ``"async"`` (see the module docstring).
       lag: sync mode: seconds of simulated time until an update takes effect, or
         ``"measured"`` (wall time / ``slowdown``).
-      update_period: sync mode: simulated time between update starts (s; updates start on
-        this grid unless the lag is longer; 0 = as soon as the previous one is done).
+      update_period: simulated time between update starts (s; updates start on this grid
+        unless the planner is still busy; 0 = as soon as the previous one is done); both
+        modes.  A planner's own ``update_period`` attribute, when larger, wins.
       slowdown: wall seconds per simulated second (async pacing; ``"measured"`` lag), ≥ 0
         (0 in async mode = run the plant as fast as it goes).
       pushes: :class:`Push` es applied to the plant.
@@ -611,6 +623,20 @@ def _observe_lag(planner, lag: float) -> None:
         observe(float(lag))
 
 
+def planner_update_period(planner, settings: MPCSettings) -> float:
+    """Simulated seconds between the states an update plans from: the larger of
+    ``settings.update_period`` and the planner's ``update_period`` attribute (0 when it has
+    none, or a value that is not a finite number ≥ 0)."""
+    own = getattr(planner, "update_period", 0.0)
+    try:
+        own = float(own or 0.0)
+    except (TypeError, ValueError):
+        own = 0.0
+    if not (math.isfinite(own) and own >= 0):
+        own = 0.0
+    return max(float(settings.update_period), own)
+
+
 def _check_update(upd) -> PlannerUpdate:
     if not isinstance(upd, PlannerUpdate):
         raise ContactoptError(f"planner returned {type(upd).__name__}, expected a PlannerUpdate")
@@ -693,7 +719,7 @@ def _run_sync(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSetti
                     raise ContactoptError(f"{failures} planner updates in a row failed (last: {upd.message})")
             # updates start on the grid of the update period (so a period that is not a multiple of
             # the plant step still gives its rate on average), never before the planner is done
-            next_start = max(t + lag, next_start + s.update_period)
+            next_start = max(t + lag, next_start + planner_update_period(planner, s))
         while pending and pending[0][0] <= t + 1e-12:
             _, _, policy = pending.pop(0)
         x = plant.state()
@@ -724,15 +750,22 @@ def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSett
 
     def planner_loop():
         last_t = None
+        next_start = shared["t"]  # the update-period grid (as in sync mode)
         try:
             while True:
+                period = planner_update_period(planner, s)
                 with stepped:
-                    if not shared["stop"] and shared["t"] == last_t:
+                    if period > 0:  # wait for the grid's next instant, no re-solves
+                        while not shared["stop"] and shared["t"] < next_start - 1e-9:
+                            stepped.wait(0.05)
+                    elif not shared["stop"] and shared["t"] == last_t:
                         stepped.wait(REPLAN_WAIT)
                     if shared["stop"]:
                         return
                     t, x = shared["t"], shared["x"]
                 last_t = t
+                # the grid advances by one period; a late planner starts again from now
+                next_start = max(next_start + period, t)
                 upd = _check_update(planner.update(t, x))
                 with lock:
                     if upd.policy is not None:

@@ -330,6 +330,15 @@ class PlannerSession:
         """The planner object in use (None before :meth:`reset`)."""
         return self._planner
 
+    @property
+    def update_period(self) -> float:
+        """Least simulated seconds between the states updates plan from: the ``update_period``
+        option of the planner in use, or of the staged settings before the first plan."""
+        if self._planner is not None:
+            return float(getattr(self._planner, "update_period", 0.0) or 0.0)
+        with self._lock:
+            return float(self._options.get("update_period") or 0.0)
+
     def planned_trajectory(self):
         """``(times (K,), qpos (K, nq))`` of the newest plan [s, model units], or None when the
         policy has no state trajectory (GDD's constant control, no plan yet)."""
