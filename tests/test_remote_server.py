@@ -420,3 +420,37 @@ def test_a_failing_planner_is_reported_at_once():
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "cannot run task acrobot" in text
         stub.CloseSession(pb().SessionRequest(session_id=sid), metadata=MD, timeout=5)
     srv.stop()
+
+
+def test_the_served_planners_update_period_paces_the_plant(task):
+    # every policy carries the session planner's update_period; RemotePlanner and PolicyClient
+    # send states no more often, and a --set change reaches them with the next policy
+    from contactopt.remote.client import RemotePlanner, served_update_period
+
+    m, d = _start_state(task)
+    x = np.concatenate([d.qpos, d.qvel])
+    with PolicyServer(task, planner="ilqg", port=0, settings={"update_period": "0.04"}) as srv:
+        rp = RemotePlanner(f"127.0.0.1:{srv.port}", model=m)
+        try:
+            assert rp.reset(0.0, x).policy is not None
+            assert rp.update_period == pytest.approx(0.04)
+            rp.set({"update_period": 0.0})
+            assert rp.update(0.01, x).policy is not None
+            assert rp.update_period == 0.0
+        finally:
+            rp.close()
+        with PolicyClient(f"127.0.0.1:{srv.port}", model=m) as c:
+            c.reset(0.0, d.qpos, d.qvel)
+            assert c.update_period == pytest.approx(0.04)
+            sent = []
+            for k in range(1, 41):  # 0.2 s of plant states at 5 ms, faster than real time
+                c.update_state(0.005 * k, d.qpos, d.qvel)
+                time.sleep(0.01)
+                if c._sent_t is not None and (not sent or sent[-1] != c._sent_t):
+                    sent.append(c._sent_t)
+            # on the 40 ms grid (a late state moves it on, so gaps may be shorter): 6 at most
+            assert 2 <= len(sent) <= 6 and np.all(np.diff(sent) > 0), sent
+    msg = pb().Policy()
+    for bad in (math.nan, -1.0, math.inf):
+        msg.update_period_s = bad
+        assert served_update_period(msg) == 0.0

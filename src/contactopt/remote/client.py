@@ -241,6 +241,9 @@ class PolicyClient(_Client):
         self._wake = threading.Event()
         self._state = None  # (t, qpos, qvel, act, (mocap_pos, mocap_quat) or None), newest
         self._sent_t = None
+        self._next_send = -math.inf  # the update-period grid of the states sent
+        #: the served planner's replan period [s] (sent with every policy): states go no more often
+        self.update_period = 0.0
         self._policy = None
         self._known = 0
         self._closed = False
@@ -354,9 +357,11 @@ class PolicyClient(_Client):
                 state = self._state
             if state is None:
                 continue
-            # a new state is sent; otherwise the call only polls for the plan of the last one
+            # a new state is sent (on the served planner's update-period grid); otherwise the
+            # call only polls for the plan of the last one
             req = pb().StepRequest(known_sequence=self._known, wait_s=self.poll, min_planned_from=-math.inf)
-            if state[0] != self._sent_t or not self.connected:
+            due = self._sent_t is None or state[0] >= self._next_send - 1e-9 or state[0] < self._sent_t
+            if (state[0] != self._sent_t and due) or not self.connected:
                 t, qpos, qvel, act, mocap = state
                 # mocap poses go with every state once given: a reopened session needs them again
                 encode_state(req.state, t, qpos, qvel, act, mocap_pos=None if mocap is None else mocap[0],
@@ -390,7 +395,12 @@ class PolicyClient(_Client):
                 continue
             backoff = 0.05
             self.connected = True
-            self._sent_t = state[0]
+            if req.HasField("state"):
+                sent_before, self._sent_t = self._sent_t, state[0]
+                # the grid advances one period; a late or reset plant starts it again from now
+                fresh = sent_before is None or state[0] < sent_before
+                self._next_send = state[0] + self.update_period if fresh else max(
+                    self._next_send + self.update_period, state[0])
             self._wake.set()  # keep polling: the loop blocks in the server, not here
             wall = time.perf_counter() - start
             self.round_trips.append(wall)
@@ -402,6 +412,7 @@ class PolicyClient(_Client):
                     self.last_error = str(exc)
                     continue
                 self._policy, self._known = policy, reply.policy.sequence
+                self.update_period = served_update_period(reply.policy)
                 self.policies_received += 1
                 self.arrivals.append(time.monotonic())
             else:
@@ -429,6 +440,8 @@ class PolicyClient(_Client):
                 raise ParameterError(exc.details()) from None
             raise _remote_error(exc, self.conn.address, "reset") from None
         self._policy, self._known = decode_policy(reply.policy, lay), reply.policy.sequence
+        self.update_period = served_update_period(reply.policy)
+        self._sent_t, self._next_send = float(t), float(t) + self.update_period  # planned from it
         self.policies_received += 1
         return self._policy
 
@@ -471,6 +484,13 @@ class ExpiringPolicy(Policy):
         return np.zeros(self.nu) if self._expired(t) else self.policy.feedforward(t)
 
 
+def served_update_period(policy_msg) -> float:
+    """The server planner's replan period [s] a ``Policy`` message carries (``update_period_s``;
+    0 for a value that is not a finite number ≥ 0, or from a server that does not send it)."""
+    period = float(policy_msg.update_period_s)
+    return period if math.isfinite(period) and period >= 0 else 0.0
+
+
 class RemotePlanner(_Client):
     """The runner's ``Planner`` over a policy server (``contactopt run TASK --remote``).
 
@@ -486,6 +506,9 @@ class RemotePlanner(_Client):
       address, token, tls_ca, planner, settings, seed: as :class:`PolicyClient`.
       model: the plant model, whose sizes must match the served task's.
       wait: seconds an update waits for its policy.
+
+    Its ``update_period`` [s] is the served planner's (sent with every policy): the runner sends
+    states no more often (:func:`~contactopt.mpc.runner.planner_update_period`).
     """
 
     def __init__(self, address: str, token=None, tls_ca=None, *, planner=None, settings=None, seed=0, model=None,
@@ -503,6 +526,7 @@ class RemotePlanner(_Client):
         self.planning: list[float] = []
         self.transport: list[float] = []
         self.transport_failures = 0
+        self.update_period = 0.0  # the served planner's, from its first policy on
 
     def _update(self, reply, rtt: float, t: float, record: bool = True):
         from ..mpc.runner import PlannerUpdate
@@ -510,6 +534,7 @@ class RemotePlanner(_Client):
         if not reply.has_policy:
             return PlannerUpdate(None, compute_time=rtt, message=reply.message or "no new policy in time")
         pol = reply.policy
+        self.update_period = served_update_period(pol)
         if pol.t0 < t - 1e-9:
             return PlannerUpdate(None, compute_time=rtt, message="no policy planned from this state in time")
         policy = ExpiringPolicy(decode_policy(pol, self.layout))

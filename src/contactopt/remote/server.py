@@ -206,6 +206,7 @@ class _Session:
         msg = pb().Policy()
         encode_policy(upd.policy, msg, sequence=self.policy_seq + 1, cost=upd.cost, compute_time=upd.compute_time,
                       message=upd.message)
+        msg.update_period_s = self.planner.update_period  # the plant paces its states by it
         with self.cond:
             self.policy_msg = msg
             self.policy_seq += 1
