@@ -52,7 +52,8 @@ class IDTOTask:
       metric: ``(model, data) -> float`` recorded on the plant.
       kp, kd: policy gains along each actuator's direction (``(nu,)`` or scalar).
       lag: sync-mode policy lag [s] (one replan period at the paper's MPC rate);
-      update_period: simulated seconds between update starts (≥ lag).
+      update_period: least simulated seconds between update starts, in both modes (0: as
+        soon as the last update is done — in sync mode, once its ``lag`` is over).
       rate_target_hz: the paper's MPC rate (Table III), for the report.
       initial_iterations, iterations_per_update: solver iterations.
       solver: extra :class:`~contactopt.solvers.idto.IDTOSettings` fields.
@@ -147,7 +148,7 @@ def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0
     Args:
       seconds: simulated duration (default ``task.default_seconds``); seed: seeds the initial state.
       mode, lag, slowdown: see :class:`~contactopt.mpc.MPCSettings` (lag default: the task's fixed lag).
-      update_period: sync mode: simulated seconds between updates (default the task's).
+      update_period: simulated seconds between updates, both modes (default the task's).
       pushes: :class:`~contactopt.mpc.Push` es on the plant.
       mass_scale, friction_scale, gain_scale: model errors of the plant only
         (:func:`~contactopt.mpc.perturb_model`).
