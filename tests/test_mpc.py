@@ -104,6 +104,14 @@ def test_a_planners_own_update_period_spaces_updates_in_both_modes(acrobot, mode
     assert res.replan_hz == pytest.approx(40.0, rel=0.15)
 
 
+def test_the_update_grid_advances_one_period_and_restarts_when_late():
+    from contactopt.mpc.runner import next_update_start
+
+    assert next_update_start(-math.inf, 0.02, 1.0) == pytest.approx(1.02)  # a new grid
+    assert next_update_start(1.0, 0.02, 1.005) == pytest.approx(1.02)  # on time: one period on
+    assert next_update_start(1.0, 0.02, 1.05) == pytest.approx(1.05)  # late: from now, no backlog
+
+
 def test_a_planner_period_that_is_not_a_number_is_ignored(acrobot):
     from contactopt.mpc.runner import planner_update_period
 

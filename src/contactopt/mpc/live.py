@@ -56,6 +56,7 @@ from .live_helpers import (
     drag_impulse,
     format_toml,
 )
+from .runner import next_update_start
 from .session import DYNAMICS_KEYS, PlannerSession, apply_dynamics
 
 __all__ = ["DRAG_GAIN", "DRAG_MAX_SPEED", "DRAG_TIME_SCALE", "GOAL_LIMIT", "PLANT_KEYS", "SAFE_RANGES", "Change",
@@ -604,12 +605,10 @@ class LiveRun(_GoalsMixin):
                 # the planner's own period (a setting: followed when changed); a late planner
                 # starts again from the newest state
                 period = session.update_period
-                if period <= 0:
-                    next_start = -np.inf
-                elif generation != planned_generation or not np.isfinite(next_start):
-                    next_start = t + period  # a new episode starts a new grid
-                else:
-                    next_start = max(next_start + period, t)
+                if period <= 0 or generation != planned_generation:
+                    next_start = -np.inf  # no grid, or a new episode: a new one
+                if period > 0:
+                    next_start = next_update_start(next_start, period, t)
                 if lag is not None and session.planner is not None and generation == planned_generation:
                     observe = getattr(session.planner, "observe_lag", None)
                     if observe is not None:

@@ -59,7 +59,7 @@ from ..simulate import SimulationError
 from .policy import Policy
 
 __all__ = ["Planner", "PlannerUpdate", "Push", "MPCSettings", "MPCResult", "UpdateRecord", "UpdateLog",
-           "planner_update_period",
+           "planner_update_period", "next_update_start",
            "run_mpc", "perturb_model", "find_min_slowdown", "BREAKDOWN_KEYS", "PLANT_CONTACTS",
            "plant_stepper"]
 
@@ -637,6 +637,16 @@ def planner_update_period(planner, settings: MPCSettings) -> float:
     return max(float(settings.update_period), own)
 
 
+def next_update_start(previous: float, period: float, t: float) -> float:
+    """The update-period grid's next instant after an update planned from the state at ``t``
+    [s]: ``previous + period``, or ``t`` when the planner was late (the grid starts again from
+    now rather than letting updates catch up back to back).  ``previous`` = −∞ starts a new
+    grid at ``t + period``.  Shared by the async loop, the live loop and the remote clients."""
+    if not math.isfinite(previous):
+        return t + period
+    return max(previous + period, t)
+
+
 def _check_update(upd) -> PlannerUpdate:
     if not isinstance(upd, PlannerUpdate):
         raise ContactoptError(f"planner returned {type(upd).__name__}, expected a PlannerUpdate")
@@ -750,7 +760,7 @@ def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSett
 
     def planner_loop():
         last_t = None
-        next_start = shared["t"]  # the update-period grid (as in sync mode)
+        next_start = -math.inf  # the update-period grid (as in sync mode): none yet
         try:
             while True:
                 period = planner_update_period(planner, s)
@@ -764,8 +774,7 @@ def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSett
                         return
                     t, x = shared["t"], shared["x"]
                 last_t = t
-                # the grid advances by one period; a late planner starts again from now
-                next_start = max(next_start + period, t)
+                next_start = next_update_start(next_start, period, t)
                 upd = _check_update(planner.update(t, x))
                 with lock:
                     if upd.policy is not None:

@@ -396,11 +396,12 @@ class PolicyClient(_Client):
             backoff = 0.05
             self.connected = True
             if req.HasField("state"):
+                from ..mpc.runner import next_update_start
+
                 sent_before, self._sent_t = self._sent_t, state[0]
-                # the grid advances one period; a late or reset plant starts it again from now
-                fresh = sent_before is None or state[0] < sent_before
-                self._next_send = state[0] + self.update_period if fresh else max(
-                    self._next_send + self.update_period, state[0])
+                fresh = sent_before is None or state[0] < sent_before  # a reset plant: a new grid
+                self._next_send = next_update_start(-math.inf if fresh else self._next_send,
+                                                    self.update_period, state[0])
             self._wake.set()  # keep polling: the loop blocks in the server, not here
             wall = time.perf_counter() - start
             self.round_trips.append(wall)
