@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
-import scipy.linalg.lapack
 
 from ...errors import ParameterError, check_instance, check_positive
 from ...native.blas import single_threaded_blas
+from ...native.lapack import banded_transposed_solve
 from .problem import IDTOProblem, Linearization
 
 __all__ = [
@@ -498,9 +498,9 @@ class IDTOSolver:
         rhs_all = np.empty((N, T * nz + 1))
         rhs_all[:, :-1] = At
         rhs_all[:, -1] = gs
-        Zw, info = scipy.linalg.lapack.dtbtrs(cb, rhs_all, uplo="U", trans="T", overwrite_b=1)
-        if info != 0:
-            raise np.linalg.LinAlgError(f"banded triangular solve failed (info {info})")
+        # Uᵀ Zw = rhs: LAPACK's dtbtrs with the interpreter lock released (async MPC's plant
+        # thread waited for it through the whole solve)
+        Zw = banded_transposed_solve(cb, rhs_all)
         Z, w = Zw[:, :-1], Zw[:, -1]
         S = Z.T @ Z
         rhs = hval - Z.T @ w
