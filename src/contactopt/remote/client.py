@@ -346,6 +346,8 @@ class PolicyClient(_Client):
     # ------------------------------------------------------------------ network thread
 
     def _loop(self) -> None:
+        from ..mpc.runner import next_update_start
+
         grpc = grpc_module()
         backoff = 0.05
         while not self._closed:
@@ -396,8 +398,6 @@ class PolicyClient(_Client):
             backoff = 0.05
             self.connected = True
             if req.HasField("state"):
-                from ..mpc.runner import next_update_start
-
                 sent_before, self._sent_t = self._sent_t, state[0]
                 fresh = sent_before is None or state[0] < sent_before  # a reset plant: a new grid
                 self._next_send = next_update_start(-math.inf if fresh else self._next_send,
