@@ -181,6 +181,8 @@ def build_idto(task, plant, options, weights):
     * targets that follow a reference (:meth:`~contactopt.costs.Residual.with_reference`) are
       scheduled at the knot times of every update: per-knot nominals on the fast path, per-knot
       targets in the general rows;
+    * ``lag_compensation="auto"`` plans each update from the state predicted at the last measured
+      policy lag (:class:`~contactopt.mpc.IDTOPlanner`; default off);
     * ``first_guess="reference"`` starts the first plan from those per-knot targets (default: the
       configuration held);
     * ``trust_radius`` None: the first solve's radius is its first Gauss–Newton step
@@ -269,6 +271,7 @@ def build_idto(task, plant, options, weights):
                        iterations_per_update=options["iterations"], kp=options["kp"], kd=options["kd"],
                        samples=options["samples"], sample_cost=cost, sample_scale=options["sample_scale"],
                        sample_iterations=options["sample_iterations"],
+                       lag_compensation=options["lag_compensation"],
                        divergence_factor=(math.inf if options["divergence_factor"] is None
                                           else options["divergence_factor"]))
 
@@ -330,6 +333,8 @@ register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et
                                 "each control's range"),
                          Option("sample_iterations", int, 5, "iterations of the solve that restarts from "
                                 "a cheaper rollout"),
+                         Option("lag_compensation", str, "off", "plan from the state predicted at the policy "
+                                "lag (MuJoCo stepped under the policy in force)", ("off", "auto")),
                      ), build_idto))
 
 

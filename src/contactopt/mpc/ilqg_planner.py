@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 import time
 
-import mujoco
 import numpy as np
 
 from ..errors import ContactoptError, ParameterError, check_finite
 from ..solvers.ilqg import ILQG, ILQGResult, ILQGSettings
+from .lag import LagCompensation, StatePredictor, parse_lag_compensation
 from .policy import TrajectoryPolicy
 from .runner import BREAKDOWN_KEYS, PlannerUpdate
 from .sampling import best_perturbed_rollout
@@ -17,7 +17,7 @@ from .sampling import best_perturbed_rollout
 __all__ = ["ILQGPlanner"]
 
 
-class ILQGPlanner:
+class ILQGPlanner(LagCompensation):
     """Receding-horizon iLQG (the seed paper's MPC loop).
 
     Each update shifts the previous plan to the measured time (``shift = (t − t_prev)/h``
@@ -86,6 +86,7 @@ class ILQGPlanner:
         self.model = dynamics.model
         self.h = float(dynamics.timestep)
         self.horizon = int(horizon)
+        self.horizon_seconds = self.horizon * self.h  # the plan's span (lag compensation)
         self.iterations_per_update = int(iterations_per_update)
         self.initial_iterations = int(initial_iterations)
         nu = dynamics.nu
@@ -97,8 +98,7 @@ class ILQGPlanner:
         self.observed_lag: float | None = None       # the runner's last measured policy lag (s)
         self.last_compute_time: float | None = None  # wall seconds of the last update
         self.last_prediction: tuple | None = None    # (t, t_pred, x_pred) of the last compensated update
-        self._pred_data = None
-        self._pred_models: dict = {}
+        self._predictor: StatePredictor | None = None
         self.set_lag_compensation(lag_compensation, prediction=lag_prediction, substeps=lag_substeps)
         self.align_to_knots = bool(align_to_knots)
         for name, v, least in (("samples", samples, 0), ("sample_knots", sample_knots, 2)):
@@ -134,16 +134,7 @@ class ILQGPlanner:
         """Switch lag compensation: None / 0 (off), seconds ``> 0``, or ``"auto"`` (see the class);
         ``prediction``: ``"feedback"`` or ``"feedforward"``; ``substeps``: prediction steps per
         planner step (e.g. ``h / plant step``, so the policy is evaluated as often as the plant does)."""
-        lc = lag_compensation
-        if lc is None or (not isinstance(lc, (str, bool)) and isinstance(lc, (int, float)) and lc == 0):
-            lc = None
-        elif isinstance(lc, str):
-            if lc != "auto":
-                raise ParameterError(f"lag_compensation must be seconds >= 0, 'auto' or None, got {lc!r}")
-        elif isinstance(lc, bool) or not isinstance(lc, (int, float)) or not (math.isfinite(lc) and lc > 0):
-            raise ParameterError(f"lag_compensation must be seconds >= 0, 'auto' or None, got {lc!r}")
-        else:
-            lc = float(lc)
+        lc = parse_lag_compensation(lag_compensation)
         if prediction not in ("feedback", "feedforward"):
             raise ParameterError(f"lag_prediction must be 'feedback' or 'feedforward', got {prediction!r}")
         if isinstance(substeps, bool) or int(substeps) != substeps or substeps < 1:
@@ -152,45 +143,11 @@ class ILQGPlanner:
         self.lag_prediction = prediction
         self.lag_substeps = int(substeps)
 
-    def observe_lag(self, lag: float) -> None:
-        """Called by the runner: the simulated seconds between the state an update was planned
-        from and the moment its policy took effect (used by ``lag_compensation="auto"``)."""
-        if math.isfinite(lag) and lag >= 0:
-            self.observed_lag = float(lag)
-
-    def prediction_lag(self) -> float:
-        """``L_pred`` (s) the next update predicts over (0 when compensation is off)."""
-        lc = self.lag_compensation
-        if lc is None:
-            return 0.0
-        if lc == "auto":
-            lc = self.observed_lag if self.observed_lag is not None else (self.last_compute_time or 0.0)
-        # never beyond the plan (the previous policy is not defined further)
-        return min(float(lc), self.horizon * self.h)
-
-    def knot_aligned_lag(self, t: float, lag: float) -> float:
-        """``lag`` (s) run on to the previous plan's first knot ``t_plan + n h`` at or after
-        ``t + lag``; ``lag`` itself when that knot lies beyond the plan."""
-        n = math.ceil((t + lag - self.t_plan) / self.h - 1e-9)
-        aligned = self.t_plan + n * self.h - t
-        return aligned if aligned <= self.horizon * self.h else lag
-
-    def _step_model(self, dt: float):
-        """The planner model with time step ``dt`` (for a fractional last prediction step)."""
-        if math.isclose(dt, self.h, rel_tol=1e-12):
-            return self.model
-        key = round(dt, 12)
-        m = self._pred_models.get(key)
-        if m is None:
-            m = self.model.__copy__()
-            m.opt.timestep = dt
-            self._pred_models[key] = m
-        return m
-
     def predict(self, t: float, x, lag: float, policy=None, *, prediction: str | None = None):
         """State at ``t + lag`` predicted from ``x`` at ``t`` with the planner model under
         ``policy`` (default: the last policy handed out), whose control is evaluated at the
-        start of every step of ``h / lag_substeps`` (``lag`` not a multiple: a shorter last step).
+        start of every step of ``h / lag_substeps`` (``lag`` not a multiple: a shorter last step;
+        :class:`~contactopt.mpc.lag.StatePredictor`).
 
         Returns:
           ``(nx,)`` state, or None if the simulation diverged (or there is no policy).
@@ -199,37 +156,15 @@ class ILQGPlanner:
         if policy is None:
             return None
         ff = (self.lag_prediction if prediction is None else prediction) == "feedforward"
-        m0 = self.model
-        if self._pred_data is None:
-            self._pred_data = mujoco.MjData(m0)
-        d = self._pred_data
-        nq, nv, na = m0.nq, m0.nv, m0.na
-        x = np.array(x, dtype=float)
-        d.qpos[:] = x[:nq]
-        d.qvel[:] = x[nq:nq + nv]
-        if na:
-            d.act[:] = x[nq + nv:]
-        d.qacc_warmstart[:] = 0.0
-        d.time = t
-        hs = self.h / self.lag_substeps
-        n_full = int(math.floor(lag / hs + 1e-9))
-        rest = lag - n_full * hs
-        steps = [(hs, self._step_model(hs))] * n_full
-        if rest > 1e-9 * hs:
-            steps.append((rest, self._step_model(rest)))
-        tk = float(t)
-        xk = x
-        for dt, m in steps:
+        step = self.h / self.lag_substeps
+        if self._predictor is None or self._predictor.step != step:
+            self._predictor = StatePredictor(self.model, step)
+
+        def control(tk, xk):
             u = policy.feedforward(tk) if ff else policy.control(tk, xk)
-            if not np.all(np.isfinite(u)):
-                u = policy.feedforward(tk)
-            d.ctrl[:] = u
-            mujoco.mj_step(m, d)
-            tk = float(d.time)  # accumulated as the plant's clock is (the policy's knots are sharp)
-            xk = np.concatenate([d.qpos, d.qvel, d.act]) if na else np.concatenate([d.qpos, d.qvel])
-            if not np.all(np.isfinite(xk)):
-                return None
-        return xk
+            return u if np.all(np.isfinite(u)) else policy.feedforward(tk)
+
+        return self._predictor.predict(t, x, lag, control)
 
     def _schedule_cost(self, t: float, x) -> None:
         """Moving targets of the cost at this plan's stage times ``t + k h``, ``k = 0 … T``

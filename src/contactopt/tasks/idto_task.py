@@ -59,6 +59,8 @@ class IDTOTask:
       solver: extra :class:`~contactopt.solvers.idto.IDTOSettings` fields.
       restart_radius: the planner's trust radius after a collapsed or failed solve
         (:class:`~contactopt.mpc.idto_planner.IDTOPlanner`; None: ``solver``'s ``initial_radius``).
+      lag_compensation: the planner's (``"off"``, seconds or ``"auto"``:
+        :class:`~contactopt.mpc.idto_planner.IDTOPlanner`): plan from the state predicted at the lag.
       report: ``(task, model, result, x0) -> dict`` the task's own measures.
       success_factory: optional ``(x0, seconds) -> success(model, data)`` for tests that depend
         on the initial state and the run's length (replaces ``success``).
@@ -86,6 +88,7 @@ class IDTOTask:
     iterations_per_update: int = 1
     solver: dict = field(default_factory=dict)
     restart_radius: float | None = None
+    lag_compensation: object = "off"
     report: Callable | None = None
     success_factory: Callable | None = None
     failure: Callable | None = None
@@ -134,7 +137,7 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
     return IDTOPlanner(problem, plant_model=m, options=options, initial_iterations=task.initial_iterations,
                        iterations_per_update=task.iterations_per_update,
                        nominal=task.nominal(m, task.horizon, task.time_step), kp=task.kp, kd=task.kd,
-                       restart_radius=task.restart_radius,
+                       restart_radius=task.restart_radius, lag_compensation=task.lag_compensation,
                        initial_guess=None if task.initial_guess is None
                        else task.initial_guess(m, task.horizon, task.time_step))
 
