@@ -324,7 +324,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, plo
         raise ParameterError("no IDTO task is registered")
     rows = []
     newton = None
-    with progress_bar(total=PHASES_PER_TASK * len(tasks), desc="bench idto", unit="phase", enable=progress) as bar, \
+    with progress_bar(total=PHASES_PER_TASK * len(tasks), desc="bench idto", unit="phase", enable=progress, piped_lines=True) as bar, \
             single_threaded_blas() as limited:
         for task in tasks:
             rows.append(benchmark_task(task, settings=s, plots=plots, progress_cb=lambda: bar.update(1)))

@@ -139,7 +139,7 @@ def _run_horizon_sweep(models, *, progress, plots, quick: bool) -> dict:
     horizons = SWEEP_HORIZONS[:3] if quick else SWEEP_HORIZONS
     iterations = 3 if quick else SWEEP_ITERATIONS
     with progress_bar(total=len(tasks) * len(horizons), desc="bench idto --horizon-sweep", unit="point",
-                      enable=progress) as bar, single_threaded_blas() as limited:
+                      enable=progress, piped_lines=True) as bar, single_threaded_blas() as limited:
         rows, fits = horizon_sweep(tasks, horizons, iterations=iterations, progress_cb=lambda: bar.update(1))
     plot = None
     if plots is not None:

@@ -234,7 +234,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     targets = {t.name: float(getattr(t, "target_slowdown", 1.0)) for t in tasks}
     units = [ILQGSeedUnit(t.name, s, targets[t.name], lag) for t in tasks for s in seeds]
     with progress_bar(total=len(tasks) * (len(seeds) + 2 + len(ablation_range)), desc="bench ilqg", unit="run",
-                      enable=progress) as bar:
+                      enable=progress, piped_lines=True) as bar:
         runs = _sync_runs(units, workers, bar)
         for task in tasks:  # serial from here: the real-time runs must have the machine to themselves
             target = targets[task.name]

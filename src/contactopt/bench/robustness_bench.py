@@ -205,7 +205,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
                 _runner(t, p, deterministic=True, calibration_seed=seeds.start)
             except ContactoptError:
                 pass  # the pair's units report the error
-    with progress_bar(total=len(units), desc="bench robustness", unit="run", enable=progress) as bar, \
+    with progress_bar(total=len(units), desc="bench robustness", unit="run", enable=progress, piped_lines=True) as bar, \
             make_engine(workers, inline=workers == 1) as engine:
         try:
             for unit, value, _ in engine.imap_unordered(run_robustness_unit, units):

@@ -161,7 +161,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
     outcomes: dict = {}
     load_start = tasks_bench._loadavg()
     t0 = time.perf_counter()
-    with progress_bar(total=len(units), desc="bench smooth-contact", unit="run", enable=progress) as bar, \
+    with progress_bar(total=len(units), desc="bench smooth-contact", unit="run", enable=progress, piped_lines=True) as bar, \
             make_engine(workers, inline=workers == 1) as engine:
         for unit, value, _ in engine.imap_unordered(run_smooth_unit, units):
             if isinstance(value, Lost):

@@ -347,6 +347,9 @@ def _run_units(todo, seeds: range, *, workers: int, bar=None, deterministic: boo
                              "update_ms": None, "mode": None, "wall_s": 0.0}
                 outcomes[unit.pair].append((unit.seed, value))
                 if bar is not None:
+                    successes = sum(v.get("kind") is None for _, v in outcomes[unit.pair])
+                    bar.set_postfix_str(f"last: {unit.task}/{unit.planner} seed {unit.seed}; "
+                                        f"{successes}/{len(outcomes[unit.pair])} succeeded")
                     bar.update(1)
     finally:
         _RUNNERS.clear()
@@ -412,7 +415,7 @@ def run(models=None, *, min_time: float = 0.2, progress: bool | None = None, see
         raise ParameterError(f"--workers must be an integer >= 1, got {workers!r}")
     load_before = _loadavg()
     with busy_core(load), progress_bar(total=len(todo) * len(seeds), desc="bench tasks", unit="run",
-                                       enable=progress) as bar:
+                                       enable=progress, piped_lines=True) as bar:
         rows = _run_units(todo, seeds, workers=workers, bar=bar, deterministic=deterministic, lag=lag,
                           asynchronous=asynchronous)
     result = {"rows": rows, "load": "one core busy" if load else "none", "cpu_count": os.cpu_count(),

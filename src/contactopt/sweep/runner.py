@@ -53,7 +53,7 @@ def run_sweep(plan: SweepPlan, output: SweepOutput, engine, *, progress: bool | 
     t0 = time.perf_counter()
     ran = 0
     try:
-        with progress_bar(total=len(todo), desc=desc, unit="run", enable=progress) as bar:
+        with progress_bar(total=len(todo), desc=desc, unit="run", enable=progress, piped_lines=True) as bar:
             if todo:
                 for unit, value, meta in engine.imap_unordered(run, todo):
                     row = lost_row(unit, value) if isinstance(value, Lost) else dict(value)
