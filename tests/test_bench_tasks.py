@@ -107,7 +107,7 @@ def test_cli_errors_are_one_line():
         return subprocess.run([sys.executable, "-m", "contactopt", "bench", *args], capture_output=True, text=True,
                               timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
 
-    for args, needle in ((("tasks", "--seeds", "9:3"), "--seeds"), (("remote", "--seeds", "3:5"), "a count"),
+    for args, needle in ((("tasks", "--seeds", "9:3"), "--seeds"), (("sweep", "--seeds", "3:5"), "a count"),
                          (("tasks", "--tasks", "nope"), "unknown task"), (("contact", "--load"), "--load"),
                          (("tasks", "--async", "--lag", "0.01"), "--async"), (("contact", "--async"), "--async")):
         p = run(*args)

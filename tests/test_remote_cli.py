@@ -91,3 +91,24 @@ def test_bench_remote_runs():
     assert 0 < row["round_trip_ms_median"] <= row["round_trip_ms_p99"]
     assert row["policy_replies_per_s"] > 0 and "closed_loop" not in result
     assert "rtt p99" in bench.table(result)
+
+
+def test_bench_remote_takes_a_seed_range(monkeypatch):
+    """``--seeds A:B`` reaches the closed-loop comparison as that range (an unseen one), a count as
+    ``0..N-1``; a negative count is refused."""
+    from contactopt.bench import available_benchmarks, remote_bench
+    from contactopt.errors import ParameterError
+
+    seen = []
+    monkeypatch.setattr(remote_bench, "_serve", lambda task, planner: (None, "127.0.0.1:1"))
+    monkeypatch.setattr(remote_bench, "_stop", lambda proc: None)
+    monkeypatch.setattr(remote_bench, "_round_trips", lambda address, min_time: {"task": "t"})
+    monkeypatch.setattr(remote_bench, "_success", lambda seeds, name: seen.append((name, seeds)) or {})
+    bench = available_benchmarks()["remote"]
+    assert bench.seed_ranges
+    pytest.importorskip("grpc")
+    bench.run(None, seeds=range(1000, 1004), tasks=["acrobot"])
+    bench.run(None, seeds=2, tasks=["acrobot"])
+    assert seen == [("acrobot", range(1000, 1004)), ("acrobot", range(0, 2))]
+    with pytest.raises(ParameterError, match="seeds"):
+        bench.run(None, seeds=-1)

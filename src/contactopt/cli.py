@@ -362,7 +362,7 @@ def cmd_bench(args) -> int:
             from .bench.tasks_bench import parse_seed_range
 
             seeds = parse_seed_range(value)
-            if "workers" not in bench.options:  # the serial benchmarks take a count of seeds from 0
+            if "workers" not in bench.options and not bench.seed_ranges:  # a count of seeds from 0
                 if seeds.start != 0:
                     raise ParameterError(f"bench {bench.name} takes a count of seeds (--seeds N), got {value!r}")
                 value = len(seeds)

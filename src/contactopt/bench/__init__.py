@@ -39,6 +39,8 @@ class Benchmark:
       options: extra keyword options ``run`` accepts from the command line (e.g. ``"plots"``);
         ``"workers"``: it runs its units on the sweep engine (``bench --workers N``) and takes its
         ``--seeds`` as a range ``A:B``.
+      seed_ranges: ``run`` takes ``--seeds`` as a ``range`` (``N`` is ``0:N``) even without
+        ``"workers"``; the other serial benchmarks take a count from 0.
     """
 
     name: str
@@ -46,6 +48,7 @@ class Benchmark:
     run: Callable[..., dict]
     table: Callable[[dict], str]
     options: tuple[str, ...] = ()
+    seed_ranges: bool = False
 
 
 _BENCHMARKS: dict[str, Benchmark] = {}

@@ -11,8 +11,8 @@ of the humanoid: ``U``, ``X``, ``K`` on the plan's grid) and then measures
 * ``policy_replies_per_s``: full-policy replies served per second to one client;
 * ``planner_updates_per_s``: new policies per second a live session delivers to a client
   that keeps sending states (the planner's rate on this machine, through the network);
-* with ``--seeds N`` (default 3): each closed-loop task's success rate and median time to
-  success over seeds ``0..N-1``, in-process ``--mode async`` vs remote (same seeds, the task's
+* with ``--seeds N`` (default 3: seeds ``0..N-1``) or ``--seeds A:B`` (an unseen range, e.g.
+  ``1000:1016``): each closed-loop task's success rate and median time to success, in-process ``--mode async`` vs remote (same seeds, the task's
   first planner): by default the acrobot (iLQG) and the IDTO quadruped and hopper (their
   planner-independent forms, :mod:`contactopt.tasks.idto_form`); ``--tasks`` picks others.
 
@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from ..errors import ContactoptError
+from ..errors import ContactoptError, ParameterError
 from . import Benchmark, format_table, register_benchmark
 
 __all__ = ["run", "table"]
@@ -136,7 +136,7 @@ def _round_trips(address: str, min_time: float) -> dict:
 CLOSED_LOOP_TASKS = ("acrobot", "quadruped", "hopper")
 
 
-def _success(seeds: int, name: str = "acrobot") -> dict:
+def _success(seeds: range, name: str = "acrobot") -> dict:
     from ..mpc.task_runner import run_task
     from ..remote import PolicyServer
     from ..remote.cli import remote_run
@@ -146,28 +146,29 @@ def _success(seeds: int, name: str = "acrobot") -> dict:
     if task is None:
         raise ContactoptError(f"bench remote: task {name!r} has no planner-independent form to serve")
     planner = task.default_planner
-    local = [run_task(task, planner, seed=s, mode="async", stop_on_success=True).report for s in range(seeds)]
+    local = [run_task(task, planner, seed=s, mode="async", stop_on_success=True).report for s in seeds]
     with PolicyServer(task, planner=planner, port=0) as srv:
-        remote = [remote_run(task, f"127.0.0.1:{srv.port}", seed=s, stop_on_success=True)[2] for s in range(seeds)]
+        remote = [remote_run(task, f"127.0.0.1:{srv.port}", seed=s, stop_on_success=True)[2] for s in seeds]
 
     def rate(reports):
         t = [r["time_to_success"] for r in reports if r["success"]]
         return {"success": sum(r["success"] for r in reports), "of": len(reports),
                 "time_to_success_median": float(np.median(t)) if t else None}
 
-    return {"task": name, "planner": planner, "seeds": f"0:{seeds}", "in_process_async": rate(local),
+    return {"task": name, "planner": planner, "seeds": f"{seeds.start}:{seeds.stop}", "in_process_async": rate(local),
             "remote": rate(remote),
             "remote_round_trip_ms_median": float(np.median([r["remote"]["round_trip_ms_median"] for r in remote])),
             "remote_transport_ms_median": float(np.median([r["remote"]["transport_ms_median"] for r in remote]))}
 
 
-def run(models=None, min_time: float = 0.2, seeds: int = 3, tasks=None, **_) -> dict:
+def run(models=None, min_time: float = 0.2, seeds: int | range = 3, tasks=None, **_) -> dict:
     """Round trip, replies/s and planner updates/s over loopback; success in-process vs remote.
 
     Args:
       models: not used (the benchmark's task is fixed); must be None.
       min_time: scales the number of timed calls (1,000 at the default 0.2).
-      seeds: seeds ``0..seeds-1`` of the success comparison (0 skips it).
+      seeds: seeds of the success comparison: a ``range`` (``--seeds A:B``, e.g. an unseen
+        ``1000:1016``) or a count ``N`` (seeds ``0..N-1``; 0 or an empty range skips it).
       tasks: bundled tasks of the success comparison (default :data:`CLOSED_LOOP_TASKS`).
 
     Returns:
@@ -187,8 +188,12 @@ def run(models=None, min_time: float = 0.2, seeds: int = 3, tasks=None, **_) -> 
     finally:
         _stop(proc)
     out = {"benchmark": "remote", "transport": "loopback, server in a separate process", "rows": rows}
-    if seeds:
-        out["closed_loop"] = [_success(int(seeds), name) for name in (tasks or CLOSED_LOOP_TASKS)]
+    if not isinstance(seeds, range):
+        if isinstance(seeds, bool) or int(seeds) != seeds or seeds < 0:
+            raise ParameterError(f"bench remote: seeds must be a count >= 0 or a range, got {seeds!r}")
+        seeds = range(int(seeds))
+    if len(seeds):
+        out["closed_loop"] = [_success(seeds, name) for name in (tasks or CLOSED_LOOP_TASKS)]
     return out
 
 
@@ -217,4 +222,5 @@ register_benchmark(Benchmark(
     run=run,
     table=table,
     options=("seeds", "tasks"),
+    seed_ranges=True,
 ))
