@@ -354,10 +354,17 @@ def _dual_newton(pb, wk, kidx, lam, mu_lo, mu_hi, with_grad):
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _feasibility(pb, wk):
+def _equality_violation(pb, wk):
+    """``max_e |h_e| · sc_e``: the largest scaled violation of the equality rows."""
     fe = 0.0
     for e in range(pb.Ceq.shape[0]):
         fe = max(fe, abs(wk.h[e]) * pb.sc_e[e])
+    return fe
+
+
+@njit(cache=True, inline="always", error_model="numpy")
+def _feasibility(pb, wk):
+    fe = _equality_violation(pb, wk)
     fb = 0.0
     for j in range(pb.Cbox.shape[0]):
         if np.isfinite(pb.hi[j]):
@@ -377,9 +384,7 @@ def _dual_residual(pb, wk, mu_lo, mu_hi):
     pushes (complementarity: a multiplier left over from an earlier state, e.g. a warm start
     from a solve where the actuator was at its force limit, biases the inner minimizer while
     every row is satisfied).  A row with ``μ + ρc ≤ 0`` exerts nothing and counts 0."""
-    fe = 0.0
-    for e in range(pb.Ceq.shape[0]):
-        fe = max(fe, abs(wk.h[e]) * pb.sc_e[e])
+    fe = _equality_violation(pb, wk)
     fb = 0.0
     for j in range(pb.Cbox.shape[0]):
         rho = pb.rho_b[j]
