@@ -327,12 +327,10 @@ class IDTOPlanner(LagCompensation):
         by stepping ``plant_model`` with MuJoCo at its own time step under the policy in force
         (PD + feedforward, as the plant applies it; ``L_pred`` rounded up to a whole number of
         those steps, as the plant switches policies at its steps), and the plan starts at that
-        time.  With
-        ``align_to_knots`` the prediction runs on to the previous plan's next knot (off by
-        default: when the plant's steps do not fall on the knots, that knot lies beyond the moment
-        the new policy takes effect, and the IDTO hopper fell more often: 6 of seeds 3000–3011
-        against 9 of 12 unaligned, docs/experiments/idto-lag-compensation.md).  A prediction that
-        is not finite falls back to the measured state.
+        time.  With ``align_to_knots`` the prediction runs on to the previous plan's next knot
+        instead (off by default: where the plant's steps do not fall on the knots, that knot lies
+        beyond the moment the new policy takes effect; docs/experiments/idto-lag-compensation.md).
+        A prediction that is not finite falls back to the measured state.
 
     Breakdown reported per update (seconds, the shared keys of
     :meth:`~contactopt.solvers.idto.IDTOResult.timing`): ``derivatives`` (residual + Jacobian),

@@ -80,9 +80,10 @@ class StatePredictor:
     """Simulates a MuJoCo model forward under a control law: the lag compensation's prediction.
 
     Args:
-      model: the model simulated (the planner's own; its ``opt.timestep`` is not used).
-      step: the prediction's step [s]; a lag that is not a multiple of it ends with one
-        shorter step (on a copy of ``model`` with that time step, cached per length).
+      model: the model simulated (the planner's own).
+      step: the prediction's step [s]: ``model`` itself when its ``opt.timestep`` is ``step``,
+        else a copy with that time step; a lag that is not a multiple of ``step`` ends with one
+        shorter step (another copy, cached per length).
     """
 
     def __init__(self, model: mujoco.MjModel, step: float):
