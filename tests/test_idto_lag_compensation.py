@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import mujoco
 import numpy as np
 import pytest
 
@@ -11,7 +12,15 @@ from contactopt.errors import ParameterError
 from contactopt.mpc.idto_planner import IDTOPlanner
 from contactopt.mpc.lag import parse_lag_compensation
 from contactopt.tasks.hopper import HOPPER
-from contactopt.tasks.idto_task import build_idto_planner, run_idto_task
+from contactopt.tasks.idto_task import _load, build_idto_planner, run_idto_task
+
+
+def _hopper_state():
+    """``(model, x)``: the hopper's model and its seed-0 initial ``[qpos, qvel]``."""
+    model = _load(HOPPER.model)
+    data = mujoco.MjData(model)
+    HOPPER.initial_state(model, data, np.random.default_rng(0))
+    return model, np.concatenate([data.qpos, data.qvel])
 
 
 def _recording(monkeypatch):
@@ -52,13 +61,7 @@ def test_prediction_matches_the_plant_in_a_fixed_lag_run(monkeypatch):
 
 def test_the_plan_starts_at_the_predicted_time():
     planner = build_idto_planner(HOPPER, lag_compensation=0.05, initial_iterations=3)
-    from contactopt.tasks.idto_task import _load
-    import mujoco
-
-    model = _load(HOPPER.model)
-    data = mujoco.MjData(model)
-    HOPPER.initial_state(model, data, np.random.default_rng(0))
-    x = np.concatenate([data.qpos, data.qvel])
+    model, x = _hopper_state()
     first = planner.reset(0.0, x)
     assert first.policy is not None and first.policy.t0 == 0.0
     upd = planner.update(0.025, x)  # the state is not the one predicted: the plan still starts later
@@ -74,13 +77,7 @@ def test_the_plan_starts_at_the_predicted_time():
 def test_off_plans_from_the_measured_state():
     planner = build_idto_planner(HOPPER, initial_iterations=3)
     assert planner.lag_compensation is None
-    from contactopt.tasks.idto_task import _load
-    import mujoco
-
-    model = _load(HOPPER.model)
-    data = mujoco.MjData(model)
-    HOPPER.initial_state(model, data, np.random.default_rng(0))
-    x = np.concatenate([data.qpos, data.qvel])
+    model, x = _hopper_state()
     planner.reset(0.0, x)
     upd = planner.update(0.025, x)
     assert planner.last_prediction is None and upd.policy.t0 == 0.025
@@ -90,10 +87,7 @@ def test_off_plans_from_the_measured_state():
 
 def test_a_bad_state_is_a_failed_update_with_compensation_too():
     planner = build_idto_planner(HOPPER, lag_compensation="auto", initial_iterations=3)
-    from contactopt.tasks.idto_task import _load
-
-    model = _load(HOPPER.model)
-    x = np.concatenate([model.qpos0, np.zeros(model.nv)])
+    _, x = _hopper_state()
     assert planner.reset(0.0, x).policy is not None
     bad = x.copy()
     bad[0] = math.nan
