@@ -123,6 +123,44 @@ def test_a_planner_period_that_is_not_a_number_is_ignored(acrobot):
     assert planner_update_period(RecordingPlanner(acrobot.nu), settings) == 0.01
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_min_lag_holds_each_policy_back_in_both_modes(acrobot, mode):
+    """A planner's ``min_lag`` attribute: no policy takes effect earlier than that long after the
+    state it was planned from (sync: the lag becomes max(lag, min_lag); async: the plant keeps the
+    previous policy until then), and the plant really applies the held-back policy's control."""
+    planner = RecordingPlanner(acrobot.nu)
+    planner.update_period = 0.02
+    planner.min_lag = 0.015
+    extra = {"lag": 0.005} if mode == "sync" else {"slowdown": 1.0}
+    res = run_mpc(planner, acrobot, mujoco.MjData(acrobot),
+                  MPCSettings(duration=0.2, mode=mode, record_period=acrobot.opt.timestep, **extra))
+    applied = [u for u in res.updates if u.ok]
+    assert len(applied) >= 3
+    step = acrobot.opt.timestep
+    for u in applied:
+        assert u.t_apply - u.t_state >= 0.015 - 1e-9
+        if mode == "sync":
+            assert u.t_apply - u.t_state < 0.015 + step + 1e-9
+        # the plant switches at its first step at or after t_apply; just before, the previous policy ran
+        k = int(np.searchsorted(res.time, u.t_apply - 1e-9))
+        if k >= res.time.size:
+            continue
+        assert res.ctrl[k, 0] == pytest.approx(u.t_state)  # RecordingPlanner: control = planned-from time
+        if k > 0 and u.t_state > 0:  # (the first plan, from t = 0, also planned from 0)
+            assert res.ctrl[k - 1, 0] != pytest.approx(u.t_state)
+
+
+def test_min_lag_that_is_not_a_number_is_ignored(acrobot):
+    from contactopt.mpc.runner import planner_min_lag
+
+    for bad in (None, "soon", math.nan, -1.0, math.inf):
+        planner = RecordingPlanner(acrobot.nu)
+        planner.min_lag = bad
+        assert planner_min_lag(planner) == 0.0
+    planner.min_lag = 0.02
+    assert planner_min_lag(planner) == 0.02
+
+
 def test_failed_and_nan_updates_keep_the_last_good_policy(acrobot):
     d = mujoco.MjData(acrobot)
     planner = RecordingPlanner(acrobot.nu, fail_at={2, 3}, nan_at={5})

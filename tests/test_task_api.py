@@ -297,6 +297,23 @@ def test_registry_errors_list_the_valid_names():
         registry.make("ilqg", task, iterations="two")
     with pytest.raises(ParameterError, match="weight"):
         registry.make("idto", task, **{"weight.qpos": -1})
+    for key in ("update_period", "min_lag"):
+        with pytest.raises(ParameterError, match=f"--set {key}: must be seconds >= 0"):
+            registry.make("ilqg", task, **{key: -0.01})
+
+
+@pytest.mark.parametrize("planner", ["ilqg", "idto", "gdd"])
+def test_every_planner_carries_its_min_lag(planner):
+    """``--set min_lag=`` reaches the attribute the runner reads (runner.planner_min_lag)."""
+    from contactopt.mpc.runner import planner_min_lag
+
+    task = contactopt.load_task_file(PENDULUM_TASK)
+    settings = {"static_check": False} if planner == "gdd" else {}
+    p = registry.make(planner, task, min_lag=0.02, **settings)
+    try:
+        assert planner_min_lag(p) == 0.02
+    finally:
+        p.close()
 
 
 def test_weight_overrides_reach_the_planner_cost():

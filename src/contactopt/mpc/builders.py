@@ -48,12 +48,17 @@ def _grid(task, plant, options):
 _UPDATE_PERIOD = Option("update_period", float, 0.0, "least simulated time [s] between the states MPC "
                         "updates plan from (0: every plant step the planner is free); both modes")
 
+#: every planner's least policy lag (read by the runner: runner.planner_min_lag)
+_MIN_LAG = Option("min_lag", float, 0.0, "least simulated time [s] between the state an update plans from "
+                  "and the moment its policy takes effect (0: as soon as it is ready); both modes")
+
 _COMMON = (
     Option("horizon", float, None, "planning horizon [s] (default: derived from the model)"),
     Option("timestep", float, None, "planner time step [s] (default: ≥ 10 ms, a multiple of the model's)"),
     Option("iterations", int, 1, "solver iterations per MPC update"),
     Option("initial_iterations", int, 30, "solver iterations of the first plan"),
     _UPDATE_PERIOD,
+    _MIN_LAG,
 )
 
 
@@ -384,4 +389,5 @@ register(PlannerSpec("gdd", "goal-directed dynamics (Todorov 2018): a zero-horiz
     Option("static_check", bool, True, "refuse a configuration target that cannot be held on the way to it "
            "within the actuator limits (seed 0's initial state)"),
     _UPDATE_PERIOD,
+    _MIN_LAG,
 ), build_gdd, accelerations=True))

@@ -263,8 +263,9 @@ def parse_settings(name: str, task, settings: dict | None = None, *, model: mujo
             raise ParameterError(f"unknown setting {key!r} for planner {name!r} on task {task.name!r} "
                                  f"(valid: {', '.join(valid)})") from None
         options[key] = opt.parse(value)
-    if (options.get("update_period") or 0.0) < 0:
-        raise ParameterError(f"--set update_period: must be seconds >= 0, got {options['update_period']!r}")
+    for key in ("update_period", "min_lag"):
+        if (options.get(key) or 0.0) < 0:
+            raise ParameterError(f"--set {key}: must be seconds >= 0, got {options[key]!r}")
     return options, weights
 
 
@@ -315,7 +316,8 @@ def make(name: str, task, *, plant: mujoco.MjModel | None = None, **settings):
 
     Returns:
       the planner (``reset``, ``update``, ``close``; ``model`` is the planner's model,
-      ``options`` the options it was built with, ``update_period`` [s] its replan period).
+      ``options`` the options it was built with, ``update_period`` [s] its replan period,
+      ``min_lag`` [s] its least policy lag).
 
     Raises:
       ParameterError: unknown planner, unknown option, a value of the wrong type, or a task
@@ -334,4 +336,5 @@ def make(name: str, task, *, plant: mujoco.MjModel | None = None, **settings):
     planner.planner_name = name
     # the runner reads it before every update (runner.planner_update_period)
     planner.update_period = float(options.get("update_period") or 0.0)
+    planner.min_lag = float(options.get("min_lag") or 0.0)  # runner.planner_min_lag
     return planner

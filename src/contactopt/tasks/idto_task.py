@@ -54,6 +54,8 @@ class IDTOTask:
       lag: sync-mode policy lag [s] (one replan period at the paper's MPC rate);
       update_period: least simulated seconds between update starts, in both modes (0: as
         soon as the last update is done — in sync mode, once its ``lag`` is over).
+      min_lag: least simulated seconds between the state an update plans from and the moment
+        its policy takes effect, in both modes (:func:`~contactopt.mpc.runner.planner_min_lag`).
       rate_target_hz: the paper's MPC rate (Table III), for the report.
       initial_iterations, iterations_per_update: solver iterations.
       solver: extra :class:`~contactopt.solvers.idto.IDTOSettings` fields.
@@ -83,6 +85,7 @@ class IDTOTask:
     kd: object = 0.0
     lag: float = 0.01
     update_period: float = 0.01
+    min_lag: float = 0.0
     rate_target_hz: float = 100.0
     initial_iterations: int = 50
     iterations_per_update: int = 1
@@ -134,12 +137,14 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
         kwargs["workers"] = workers
     problem = IDTOProblem(m, task.horizon, task.time_step, q0, contact=contact, **kwargs)
     options = IDTOSettings(**{"convergence": None, **task.solver})
-    return IDTOPlanner(problem, plant_model=m, options=options, initial_iterations=task.initial_iterations,
-                       iterations_per_update=task.iterations_per_update,
-                       nominal=task.nominal(m, task.horizon, task.time_step), kp=task.kp, kd=task.kd,
-                       restart_radius=task.restart_radius, lag_compensation=task.lag_compensation,
-                       initial_guess=None if task.initial_guess is None
-                       else task.initial_guess(m, task.horizon, task.time_step))
+    planner = IDTOPlanner(problem, plant_model=m, options=options, initial_iterations=task.initial_iterations,
+                          iterations_per_update=task.iterations_per_update,
+                          nominal=task.nominal(m, task.horizon, task.time_step), kp=task.kp, kd=task.kd,
+                          restart_radius=task.restart_radius, lag_compensation=task.lag_compensation,
+                          initial_guess=None if task.initial_guess is None
+                          else task.initial_guess(m, task.horizon, task.time_step))
+    planner.min_lag = float(task.min_lag)  # read by the runner (runner.planner_min_lag)
+    return planner
 
 
 def run_idto_task(task: IDTOTask, *, seconds: float | None = None, seed: int = 0, mode: str = "sync",
