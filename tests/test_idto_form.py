@@ -44,6 +44,7 @@ def test_the_generic_planner_on_the_form_builds_the_tasks_problem(name):
             np.testing.assert_allclose(g.R, o.R, rtol=1e-12)
         # the rate the scenario was tuned at: its runner's update period, read by every loop
         assert generic.update_period == pytest.approx(tuned.update_period)
+        assert generic.min_lag == pytest.approx(tuned.min_lag)
         if o.contact is None:
             assert g.contact is None
         else:

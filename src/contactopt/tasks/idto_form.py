@@ -14,8 +14,8 @@ row at ``(t − t0)/h``, linearly interpolated), and one :class:`~contactopt.cos
 per distinct actuator weight ``w_i = 2 R_d / (G⁺_{i,d})²`` for an actuator ``i`` that drives dof
 ``d`` alone (``u = G⁺τ``).  IDTO's own fast path recognizes exactly these terms, so the generic
 ``idto`` planner solves the same problem; the task's contact parameters, solver settings, PD
-gains, iteration counts and replan period (``update_period``: the rate the task was tuned at)
-become its ``planner_options["idto"]``.  What the generic planner does not take (a task's own
+gains, iteration counts, replan period (``update_period``: the rate the task was tuned at) and
+least policy lag (``min_lag``) become its ``planner_options["idto"]``.  What the generic planner does not take (a task's own
 first guess other than its nominal, a fixed policy lag — give it with ``--lag``) is left out,
 and the form's success rate is measured on its own (``contactopt bench tasks --tasks task:NAME``).
 """
@@ -156,7 +156,7 @@ def _idto_options(task) -> dict:
             "constrained_step": task.solver.get("constrained_step", IDTOSettings().constrained_step),
             "kp": float(np.mean(task.kp)), "kd": float(np.mean(task.kd)),
             "initial_iterations": int(task.initial_iterations), "iterations": int(task.iterations_per_update),
-            "update_period": float(task.update_period),
+            "update_period": float(task.update_period), "min_lag": float(task.min_lag),
             "underactuation": task.solver.get("underactuation", "penalty")}
     if task.weights.get("unactuated_penalty") is not None:
         opts["unactuated_penalty"] = float(task.weights["unactuated_penalty"])
