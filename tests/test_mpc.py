@@ -131,6 +131,8 @@ def test_min_lag_holds_each_policy_back_in_both_modes(acrobot, mode):
     planner = RecordingPlanner(acrobot.nu)
     planner.update_period = 0.02
     planner.min_lag = 0.015
+    observed = []
+    planner.observe_lag = observed.append  # the lag a planner's lag compensation would use
     extra = {"lag": 0.005} if mode == "sync" else {"slowdown": 1.0}
     res = run_mpc(planner, acrobot, mujoco.MjData(acrobot),
                   MPCSettings(duration=0.2, mode=mode, record_period=acrobot.opt.timestep, **extra))
@@ -148,6 +150,7 @@ def test_min_lag_holds_each_policy_back_in_both_modes(acrobot, mode):
         assert res.ctrl[k, 0] == pytest.approx(u.t_state)  # RecordingPlanner: control = planned-from time
         if k > 0 and u.t_state > 0:  # (the first plan, from t = 0, also planned from 0)
             assert res.ctrl[k - 1, 0] != pytest.approx(u.t_state)
+    assert observed and min(observed) >= 0.015 - 1e-9
 
 
 def test_min_lag_that_is_not_a_number_is_ignored(acrobot):

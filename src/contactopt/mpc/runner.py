@@ -37,9 +37,8 @@ only work near their paper's rate (``docs/experiments/remote-quadruped.md``).
 A planner's ``min_lag`` attribute (:func:`planner_min_lag`; the ``min_lag`` option of every
 registered planner) holds each new policy back until that long after the state it was
 planned from, in both modes (sync: the lag is ``max(lag, min_lag)``; async: the plant keeps the
-previous policy until then).  The IDTO hopper, tuned at a 25 ms lag on 25 ms knots, fell on
-11 of 16 seeds at the 6 ms of real time, and on 6 of 16 with ``min_lag`` 25 ms
-(``docs/experiments/hopper-idto.md``).
+previous policy until then).  The IDTO hopper sets its knot spacing: its recipe works when the
+plant never runs a plan's first knot interval (``docs/experiments/hopper-idto.md``).
 
 A failed update (diverged solve, non-finite plan) never reaches the plant: the last good
 policy stays in force.  A non-finite feedback control falls back to the policy's
@@ -653,10 +652,10 @@ def planner_update_period(planner, settings: MPCSettings) -> float:
 def planner_min_lag(planner) -> float:
     """The planner's ``min_lag`` attribute [s] (0 when it has none, or a value that is not a
     finite number ≥ 0): a new policy takes effect no earlier than this long after the state it
-    was planned from, in both modes.  An IDTO plan's first knot interval starts at the measured
-    state; a planner tuned on policies that take over at their first knot (the IDTO hopper: a
-    25 ms lag on 25 ms knots) sets ``min_lag = h`` so that a faster update does not hand the plant
-    that first interval."""
+    was planned from, in both modes (the lag reported to ``observe_lag`` includes it).  An IDTO
+    plan's first knot interval starts at the measured state; a planner tuned on policies that take
+    over at their first knot (the IDTO hopper) sets ``min_lag = h`` so that a faster update does
+    not hand the plant that first interval."""
     return _planner_seconds(planner, "min_lag")
 
 
@@ -739,13 +738,15 @@ def _run_sync(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSetti
             upd = _check_update(planner.update(t, plant.state()))
             lag = upd.compute_time / s.slowdown if s.lag == "measured" else float(s.lag)
             ok = upd.policy is not None
-            # the planner observes only ``lag`` (below); ``min_lag`` holds the policy back, as latency does
-            delay = max(lag, planner_min_lag(planner)) + s.added_latency
+            # ``min_lag`` (the planner's own) holds the policy back, and the planner observes that
+            # lag, not ``added_latency`` (below); the next update may still start once this one is done
+            held_lag = max(lag, planner_min_lag(planner))
+            delay = held_lag + s.added_latency
             updates.append(UpdateRecord(t, t + delay if ok else None, upd.compute_time, upd.cost, upd.iterations,
                                         ok, upd.breakdown, upd.message))
             if ok:
                 pending.append((t + delay, len(updates) - 1, upd.policy))
-                _observe_lag(planner, lag)
+                _observe_lag(planner, held_lag)
                 failures = 0
             else:
                 failures += 1
