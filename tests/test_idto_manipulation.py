@@ -348,9 +348,9 @@ def test_hand_ball_closed_loop_turns_the_ball_and_keeps_it_in_the_hand(seed):
     """Closed loop (sync mode, 0.1 s policy lag), seeds from a fixed range: in 6.5 s the fingers
     turn the ball at least 30° toward the target without ever letting it leave the hand, and no
     update fails.  The 180° success itself is rare (3/32 on seeds 0–31 on 28 Nov, 9/32 on 26 Nov;
-    `bench tasks`, README) and seed-by-seed it depends on the machine's floating point: this test used to pin seed 0's
-    success, which held on one machine and turned the ball only 81° on another (an AMD EPYC, with
-    every dependency version tried)."""
+    `bench tasks`, README) and seed-by-seed it depends on the machine's floating point: this test
+    used to pin seed 0's success, which held on one machine and turned the ball only 81° on
+    another (an AMD EPYC, with every dependency version tried)."""
     from contactopt.tasks.idto_task import run_idto_task
 
     result, plant, _ = run_idto_task(hb.HAND_BALL, seconds=6.5, seed=seed)
