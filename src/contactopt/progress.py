@@ -31,7 +31,7 @@ class _NullBar:
         pass
 
 
-def _clock(seconds: float) -> str:
+def _duration(seconds: float) -> str:
     """``m:ss`` (or ``h:mm:ss``) of a duration in seconds."""
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
@@ -55,9 +55,9 @@ class LogLines:
 
     def _line(self) -> str:
         elapsed = self._clock() - self.start
-        text = f"{self.desc}: {self.n}/{self.total} {self.unit}s, {_clock(elapsed)} elapsed"
+        text = f"{self.desc}: {self.n}/{self.total} {self.unit}s, {_duration(elapsed)} elapsed"
         if 0 < self.n < self.total:
-            text += f", about {_clock(elapsed / self.n * (self.total - self.n))} left"
+            text += f", about {_duration(elapsed / self.n * (self.total - self.n))} left"
         return text + (f" ({self.postfix})" if self.postfix else "")
 
     def _write(self) -> None:

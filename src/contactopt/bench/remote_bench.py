@@ -12,7 +12,8 @@ of the humanoid: ``U``, ``X``, ``K`` on the plan's grid) and then measures
 * ``planner_updates_per_s``: new policies per second a live session delivers to a client
   that keeps sending states (the planner's rate on this machine, through the network);
 * with ``--seeds N`` (default 3: seeds ``0..N-1``) or ``--seeds A:B`` (an unseen range, e.g.
-  ``1000:1016``): each closed-loop task's success rate and median time to success, in-process ``--mode async`` vs remote (same seeds, the task's
+  ``1000:1016``): each closed-loop task's success rate and median time to success, in-process
+  ``--mode async`` vs remote (same seeds, the task's
   first planner): by default the acrobot (iLQG) and the IDTO quadruped and hopper (their
   planner-independent forms, :mod:`contactopt.tasks.idto_form`); ``--tasks`` picks others.
 

@@ -547,7 +547,7 @@ class IDTOPlanner(LagCompensation):
             self._predictor = StatePredictor(self.model, self.model.opt.timestep)
         nq, nv = self.problem.nq, self.problem.nv
         x = np.asarray(x, dtype=float)
-        return self._predictor.predict(t, x[:nq + nv], lag, lambda tk, xk: policy.control(tk, xk))
+        return self._predictor.predict(t, x[:nq + nv], lag, policy.control)
 
     def _compensate(self, t: float, x):
         """``(t, x)`` to plan from: the measured pair, or with lag compensation the predicted one."""
