@@ -261,3 +261,21 @@ def test_update_period_set_live_paces_the_planner(run):
     assert 3 <= late.size <= (late[-1] - late[0]) / 0.1 + 2, late
     with pytest.raises(ParameterError, match="update_period"):
         run.set({"update_period": "soon"})
+
+
+def test_min_lag_set_live_holds_each_new_policy_back(run):
+    # ``min_lag`` is a planner setting: once set, every new policy of the episode takes effect no
+    # sooner than min_lag after the state it was planned from (the lag the plant logs), as in the
+    # runner's modes
+    run.set({"min_lag": 0.05})
+    assert _wait(lambda: run.session.min_lag == pytest.approx(0.05))
+    with run._wake:
+        before = len(run.update_log.arrays()["t"])
+    t0 = run.state()[0]
+    assert _wait(lambda: run.state()[0] > t0 + 0.5, timeout=30.0)
+    with run._wake:
+        log = {k: v[before:] for k, v in run.update_log.arrays().items()}
+    lags = log["lag_ms"][np.isfinite(log["lag_ms"])]  # the plant's rows
+    assert lags.size >= 3 and lags.min() >= 50.0 - 1e-6, lags
+    run.set({"min_lag": 0.0})
+    assert _wait(lambda: run.session.min_lag == 0.0)

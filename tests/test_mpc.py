@@ -123,13 +123,15 @@ def test_a_planner_period_that_is_not_a_number_is_ignored(acrobot):
     assert planner_update_period(RecordingPlanner(acrobot.nu), settings) == 0.01
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_min_lag_holds_each_policy_back_in_both_modes(acrobot, mode):
+@pytest.mark.parametrize("mode, period", [("sync", 0.02), ("async", 0.02), ("async", 0.0)])
+def test_min_lag_holds_each_policy_back_in_both_modes(acrobot, mode, period):
     """A planner's ``min_lag`` attribute: no policy takes effect earlier than that long after the
     state it was planned from (sync: the lag becomes max(lag, min_lag); async: the plant keeps the
-    previous policy until then), and the plant really applies the held-back policy's control."""
+    previous policy until then), and the plant really applies the held-back policy's control.
+    With no update period an async planner hands over plans faster than min_lag: each still
+    takes effect once due (a newer plan does not starve an older one)."""
     planner = RecordingPlanner(acrobot.nu)
-    planner.update_period = 0.02
+    planner.update_period = period
     planner.min_lag = 0.015
     observed = []
     planner.observe_lag = observed.append  # the lag a planner's lag compensation would use

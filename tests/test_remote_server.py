@@ -454,3 +454,41 @@ def test_the_served_planners_update_period_paces_the_plant(task):
     for bad in (math.nan, -1.0, math.inf):
         msg.update_period_s = bad
         assert served_update_period(msg) == 0.0
+
+
+def test_the_served_planners_min_lag_holds_each_policy_back(task):
+    # every policy carries the session planner's min_lag: RemotePlanner hands it to the runner
+    # (runner.planner_min_lag), and PolicyClient keeps the policy before in effect until
+    # t ≥ t0 + min_lag
+    from contactopt.mpc.runner import planner_min_lag
+    from contactopt.remote.client import RemotePlanner, served_min_lag
+
+    m, d = _start_state(task)
+    x = np.concatenate([d.qpos, d.qvel])
+    with PolicyServer(task, planner="ilqg", port=0, settings={"min_lag": "0.03"}) as srv:
+        rp = RemotePlanner(f"127.0.0.1:{srv.port}", model=m)
+        try:
+            assert rp.reset(0.0, x).policy is not None
+            assert planner_min_lag(rp) == pytest.approx(0.03)
+            rp.set({"min_lag": 0.0})
+            assert rp.update(0.01, x).policy is not None
+            assert planner_min_lag(rp) == 0.0
+        finally:
+            rp.close()
+        with PolicyClient(f"127.0.0.1:{srv.port}", model=m) as c:
+            first = c.reset(0.0, d.qpos, d.qvel)
+            assert c.min_lag == pytest.approx(0.03) and c.policy is first  # a reset's plan: at once
+            c.update_state(0.01, d.qpos, d.qvel)
+            deadline = time.time() + 20
+            while not c._waiting and time.time() < deadline:
+                time.sleep(0.01)
+            newer = c._waiting[-1][0]
+            assert newer.t0 == pytest.approx(0.01)
+            c.control(0.035, d.qpos, d.qvel)  # before 0.01 + 0.03: the first plan still
+            assert c.policy is first
+            c.control(0.04, d.qpos, d.qvel)
+            assert c.policy is newer and not c._waiting
+    msg = pb().Policy()
+    for bad in (math.nan, -1.0, math.inf):
+        msg.min_lag_s = bad
+        assert served_min_lag(msg) == 0.0

@@ -123,6 +123,7 @@ class LiveRun(_GoalsMixin):
         self._policy = None
         self._policy_generation = -1
         self._new = None          # (policy, generation, t_state) handed from planner to plant
+        self._waiting = []        # (policy, generation, t_state, t_due) waiting for the planner's min_lag
         self._last_lag = None     # measured lag [s] for the planner's observe_lag
         self._u = np.zeros(self.model.nu)
         self._success_since = None
@@ -528,12 +529,24 @@ class LiveRun(_GoalsMixin):
                         policy, gen, t_state = self._new
                         self._new = None
                         if gen == self._generation:
+                            # each plan of this episode waits for the planner's ``min_lag`` (as in
+                            # the runner's modes); an episode's first plan takes effect at once
+                            first = self._policy_generation != gen
+                            due = -math.inf if first else t_state + self.session.min_lag
+                            self._waiting.append((policy, gen, t_state, due))
+                    if self._waiting:
+                        now = float(self.data.time)
+                        self._waiting = [w for w in self._waiting if w[1] == self._generation]
+                        due = [w for w in self._waiting if now >= w[3] - 1e-9]
+                        if due:  # the newest plan due takes effect (older ones due are superseded)
+                            policy, gen, t_state, _ = due[-1]
+                            self._waiting = [w for w in self._waiting if now < w[3] - 1e-9]
                             self._policy, self._policy_generation = policy, gen
                             lag = float(self.data.time) - t_state  # planned-from state → applied
                             self._last_lag = lag
                             self.update_log.append(t=float(self.data.time), lag_ms=1e3 * lag)
-                        if self._policy_generation != self._generation:
-                            continue
+                    if self._policy_generation != self._generation:
+                        continue
                     m, d = self.model, self.data
                     t = float(d.time)
                     if t < anchor_t - 1e-12:  # reset

@@ -37,7 +37,7 @@ only work near their paper's rate (``docs/experiments/remote-quadruped.md``).
 A planner's ``min_lag`` attribute (:func:`planner_min_lag`; the ``min_lag`` option of every
 registered planner) holds each new policy back until that long after the state it was
 planned from, in both modes (sync: the lag is ``max(lag, min_lag)``; async: the plant keeps the
-previous policy until then).  The IDTO hopper sets its knot spacing: its recipe works when the
+previous policy until then).  At every plant step the newest plan that is due is in force.  The IDTO hopper sets its knot spacing: its recipe works when the
 plant never runs a plan's first knot interval (``docs/experiments/hopper-idto.md``).
 
 A failed update (diverged solve, non-finite plan) never reaches the plant: the last good
@@ -818,7 +818,7 @@ def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSett
                 shared["stop"] = True
 
     thread = threading.Thread(target=planner_loop, name="contactopt-planner", daemon=True)
-    held = None  # (update, t_state, t_due): a plan waiting for the planner's ``min_lag``
+    waiting: list = []  # (update, t_state, t_due) of plans waiting for the planner's ``min_lag``, oldest first
     start = time.perf_counter()
     t_start = float(d.time)
     thread.start()
@@ -834,11 +834,12 @@ def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSett
                     break
                 new = shared["new"]
                 shared["new"] = None
-            if new is not None:  # the newest plan waits for its ``min_lag`` (an older one still held is dropped)
-                held = (new[0], new[1], new[1] + planner_min_lag(planner))
-            if held is not None and t >= held[2] - 1e-9:
-                upd, t_state, _ = held
-                held = None
+            if new is not None:  # each plan waits for its ``min_lag``
+                waiting.append((new[0], new[1], new[1] + planner_min_lag(planner)))
+            due = [w for w in waiting if t >= w[2] - 1e-9]
+            if due:  # the newest plan due takes effect (older ones due are superseded, unapplied)
+                upd, t_state, _ = due[-1]
+                waiting = [w for w in waiting if t < w[2] - 1e-9]
                 policy = upd.policy
                 updates.append(UpdateRecord(t_state, t, upd.compute_time, upd.cost, upd.iterations, True,
                                             upd.breakdown, upd.message))

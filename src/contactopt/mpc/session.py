@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from . import registry
-from .runner import PlannerUpdate, perturb_model
+from .runner import PlannerUpdate, perturb_model, planner_min_lag
 
 __all__ = ["DYNAMICS_KEYS", "PlannerSession", "Setting", "apply_dynamics"]
 
@@ -338,6 +338,21 @@ class PlannerSession:
             return float(getattr(self._planner, "update_period", 0.0) or 0.0)
         with self._lock:
             return float(self._options.get("update_period") or 0.0)
+
+    @property
+    def min_lag(self) -> float:
+        """Least simulated seconds [s] between the state an update plans from and the moment its
+        policy takes effect: the ``min_lag`` of the planner in use
+        (:func:`~contactopt.mpc.runner.planner_min_lag`), or of the staged settings before the
+        first plan."""
+        if self._planner is not None:
+            return planner_min_lag(self._planner)
+        with self._lock:
+            try:
+                value = float(self._options.get("min_lag") or 0.0)
+            except (TypeError, ValueError):
+                return 0.0
+        return value if math.isfinite(value) and value >= 0 else 0.0
 
     def planned_trajectory(self):
         """``(times (K,), qpos (K, nq))`` of the newest plan [s, model units], or None when the

@@ -244,7 +244,11 @@ class PolicyClient(_Client):
         self._next_send = -math.inf  # the update-period grid of the states sent
         #: the served planner's replan period [s] (sent with every policy): states go no more often
         self.update_period = 0.0
+        #: the served planner's least policy lag [s] (sent with every policy): a new policy takes
+        #: effect at the first ``control(t)`` with ``t ≥ t0 + min_lag``, the one before until then
+        self.min_lag = 0.0
         self._policy = None
+        self._waiting = []  # (policy, t_due) of policies received, waiting for their min_lag
         self._known = 0
         self._closed = False
         self.connected = True
@@ -303,12 +307,20 @@ class PolicyClient(_Client):
 
     @property
     def policy(self):
-        """The newest policy (a :class:`~contactopt.mpc.policy.Policy`), or None before the first."""
+        """The policy in effect (a :class:`~contactopt.mpc.policy.Policy`), or None before the
+        first; a newer one received waits for the served ``min_lag`` (see :meth:`control`)."""
         return self._policy
 
     def control(self, t: float, qpos, qvel, act=None) -> np.ndarray:
-        """Control ``(nu,)`` at time ``t`` [s] for the measured state: the newest policy's, or the
+        """Control ``(nu,)`` at time ``t`` [s] for the measured state: the newest policy's once
+        ``t ≥ t0 + min_lag`` (the served planner's least lag; until then the one before), or the
         fallback before the first policy and after its horizon ends."""
+        if self._waiting:
+            with self._lock:  # the newest policy due takes effect (older ones due are superseded)
+                due = [w for w in self._waiting if t >= w[1] - 1e-9]
+                if due:
+                    self._policy = due[-1][0]
+                    self._waiting = [w for w in self._waiting if t < w[1] - 1e-9]
         p = self._policy
         lay = self.layout
         if p is None or t > p.t0 + p.horizon_time:
@@ -412,8 +424,15 @@ class PolicyClient(_Client):
                 except ParameterError as exc:
                     self.last_error = str(exc)
                     continue
-                self._policy, self._known = policy, reply.policy.sequence
                 self.update_period = served_update_period(reply.policy)
+                self.min_lag = served_min_lag(reply.policy)
+                with self._lock:  # the first policy takes effect at once, a later one after min_lag
+                    if self._policy is None:
+                        self._policy = policy
+                    else:
+                        self._waiting.append((policy, policy.t0 + self.min_lag))
+                        del self._waiting[:-64]  # a plant that stopped calling control(): a bound
+                self._known = reply.policy.sequence
                 self.policies_received += 1
                 self.arrivals.append(time.monotonic())
             else:
@@ -440,8 +459,11 @@ class PolicyClient(_Client):
             if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                 raise ParameterError(exc.details()) from None
             raise _remote_error(exc, self.conn.address, "reset") from None
-        self._policy, self._known = decode_policy(reply.policy, lay), reply.policy.sequence
+        with self._lock:  # the reset plant's plan takes effect at once
+            self._policy, self._waiting = decode_policy(reply.policy, lay), []
+        self._known = reply.policy.sequence
         self.update_period = served_update_period(reply.policy)
+        self.min_lag = served_min_lag(reply.policy)
         self._sent_t, self._next_send = float(t), float(t) + self.update_period  # planned from it
         self.policies_received += 1
         return self._policy
@@ -485,11 +507,22 @@ class ExpiringPolicy(Policy):
         return np.zeros(self.nu) if self._expired(t) else self.policy.feedforward(t)
 
 
+def _served_seconds(value) -> float:
+    value = float(value)
+    return value if math.isfinite(value) and value >= 0 else 0.0
+
+
 def served_update_period(policy_msg) -> float:
     """The server planner's replan period [s] a ``Policy`` message carries (``update_period_s``;
     0 for a value that is not a finite number ≥ 0, or from a server that does not send it)."""
-    period = float(policy_msg.update_period_s)
-    return period if math.isfinite(period) and period >= 0 else 0.0
+    return _served_seconds(policy_msg.update_period_s)
+
+
+def served_min_lag(policy_msg) -> float:
+    """The server planner's least policy lag [s] a ``Policy`` message carries (``min_lag_s``: the
+    plant applies the policy no sooner than ``t0 + min_lag``); 0 for a value that is not a finite
+    number ≥ 0, or from a server that does not send it."""
+    return _served_seconds(policy_msg.min_lag_s)
 
 
 class RemotePlanner(_Client):
@@ -508,8 +541,10 @@ class RemotePlanner(_Client):
       model: the plant model, whose sizes must match the served task's.
       wait: seconds an update waits for its policy.
 
-    Its ``update_period`` [s] is the served planner's (sent with every policy): the runner sends
-    states no more often (:func:`~contactopt.mpc.runner.planner_update_period`).
+    Its ``update_period`` and ``min_lag`` [s] are the served planner's (sent with every policy):
+    the runner sends states no more often (:func:`~contactopt.mpc.runner.planner_update_period`)
+    and applies each policy no sooner than ``min_lag`` after its state
+    (:func:`~contactopt.mpc.runner.planner_min_lag`).
     """
 
     def __init__(self, address: str, token=None, tls_ca=None, *, planner=None, settings=None, seed=0, model=None,
@@ -528,6 +563,7 @@ class RemotePlanner(_Client):
         self.transport: list[float] = []
         self.transport_failures = 0
         self.update_period = 0.0  # the served planner's, from its first policy on
+        self.min_lag = 0.0  # the served planner's (runner.planner_min_lag), from its first policy on
 
     def _update(self, reply, rtt: float, t: float, record: bool = True):
         from ..mpc.runner import PlannerUpdate
@@ -536,6 +572,7 @@ class RemotePlanner(_Client):
             return PlannerUpdate(None, compute_time=rtt, message=reply.message or "no new policy in time")
         pol = reply.policy
         self.update_period = served_update_period(pol)
+        self.min_lag = served_min_lag(pol)
         if pol.t0 < t - 1e-9:
             return PlannerUpdate(None, compute_time=rtt, message="no policy planned from this state in time")
         policy = ExpiringPolicy(decode_policy(pol, self.layout))

@@ -207,6 +207,7 @@ class _Session:
         encode_policy(upd.policy, msg, sequence=self.policy_seq + 1, cost=upd.cost, compute_time=upd.compute_time,
                       message=upd.message)
         msg.update_period_s = self.planner.update_period  # the plant paces its states by it
+        msg.min_lag_s = self.planner.min_lag  # and applies the policy no sooner than t0 + this
         with self.cond:
             self.policy_msg = msg
             self.policy_seq += 1
