@@ -208,11 +208,14 @@ def table(result: dict) -> str:
     loops = result.get("closed_loop") or []
     if loops:
         text += "\n"
+    def seconds(value):
+        return "none" if value is None else f"{value:.2f} s"
+
     for cl in loops:
         a, b = cl["in_process_async"], cl["remote"]
         text += (f"\n{cl['task']} ({cl['planner']}, seeds {cl['seeds']}): in-process async {a['success']}/{a['of']} "
-                 f"(median time to success {a['time_to_success_median']}), remote {b['success']}/{b['of']} "
-                 f"({b['time_to_success_median']}); remote round trip {cl['remote_round_trip_ms_median']:.2f} ms, "
+                 f"(median time to success {seconds(a['time_to_success_median'])}), remote {b['success']}/{b['of']} "
+                 f"({seconds(b['time_to_success_median'])}); remote round trip {cl['remote_round_trip_ms_median']:.2f} ms, "
                  f"transport {cl['remote_transport_ms_median']:.2f} ms")
     return text
 
