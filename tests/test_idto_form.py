@@ -44,7 +44,9 @@ def test_the_generic_planner_on_the_form_builds_the_tasks_problem(name):
             np.testing.assert_allclose(g.R, o.R, rtol=1e-12)
         # the rate the scenario was tuned at: its runner's update period, read by every loop
         assert generic.update_period == pytest.approx(tuned.update_period)
-        assert generic.min_lag == pytest.approx(tuned.min_lag)
+        # and the least policy lag: the task's fixed lag unless it sets its own (IDTOTask.policy_min_lag)
+        assert generic.min_lag == pytest.approx(tuned.policy_min_lag()) == pytest.approx(own.min_lag)
+        assert tuned.policy_min_lag() == pytest.approx(tuned.lag if tuned.min_lag is None else tuned.min_lag)
         if o.contact is None:
             assert g.contact is None
         else:
@@ -79,3 +81,19 @@ def test_a_form_measures_success_from_each_runs_own_start():
     d.qpos[2] += 0.5
     assert not form.success(m, d)
     assert not form.success(m, mujoco.MjData(m))
+
+
+def test_a_tasks_least_policy_lag_is_its_lag_unless_set():
+    """``IDTOTask.min_lag`` None (the default): each plan is held back by the task's fixed lag,
+    the lag its recipe was tuned at in sync mode; an explicit value (0 included) replaces it."""
+    from contactopt.tasks.spinner import SPINNER
+
+    assert SPINNER.min_lag is None and SPINNER.policy_min_lag() == pytest.approx(SPINNER.lag)
+    for value, expected in ((None, SPINNER.lag), (0.0, 0.0), (0.03, 0.03)):
+        planner = build_idto_planner(SPINNER, min_lag=value)
+        try:
+            assert planner.min_lag == pytest.approx(expected)
+        finally:
+            close = getattr(planner, "close", None)
+            if close is not None:
+                close()

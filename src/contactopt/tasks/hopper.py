@@ -125,10 +125,6 @@ HOPPER = IDTOTask(
     # the authors' PD gains (K_p 100, K_d 5 on the two motors)
     metric=_hopper_metric, success_hold=0.5, default_seconds=10.0, kp=100.0, kd=5.0, lag=0.025,
     update_period=0.025, rate_target_hz=100.0, initial_iterations=200, report=_hopper_report,
-    # each policy takes over at its first knot, as at the fixed 25 ms lag the recipe was tuned at: at
-    # the 6 ms lag of real time the plant ran every plan's first knot interval and the hopper fell
-    # (sync at a fixed 6 ms lag: 5 of seeds 1000-1015; min_lag 25 ms: 10 of 16, docs/experiments/hopper-idto.md)
-    min_lag=0.025,
     # Δ_0 = 10 for the first plan; it converges (its radius collapses), and the updates restart
     # from ``restart_radius`` 0.1 (larger restarts: bolder hops; docs/experiments/hopper-idto.md)
     solver=dict(underactuation="constrained", initial_radius=10.0), restart_radius=0.1,

@@ -156,7 +156,7 @@ def _idto_options(task) -> dict:
             "constrained_step": task.solver.get("constrained_step", IDTOSettings().constrained_step),
             "kp": float(np.mean(task.kp)), "kd": float(np.mean(task.kd)),
             "initial_iterations": int(task.initial_iterations), "iterations": int(task.iterations_per_update),
-            "update_period": float(task.update_period), "min_lag": float(task.min_lag),
+            "update_period": float(task.update_period), "min_lag": task.policy_min_lag(),
             "underactuation": task.solver.get("underactuation", "penalty")}
     if task.weights.get("unactuated_penalty") is not None:
         opts["unactuated_penalty"] = float(task.weights["unactuated_penalty"])

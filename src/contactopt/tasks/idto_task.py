@@ -55,7 +55,8 @@ class IDTOTask:
       update_period: least simulated seconds between update starts, in both modes (0: as
         soon as the last update is done — in sync mode, once its ``lag`` is over).
       min_lag: least simulated seconds between the state an update plans from and the moment
-        its policy takes effect, in both modes (:func:`~contactopt.mpc.runner.planner_min_lag`).
+        its policy takes effect, in both modes (:func:`~contactopt.mpc.runner.planner_min_lag`);
+        None (default): the task's ``lag`` (:meth:`policy_min_lag`).
       rate_target_hz: the paper's MPC rate (Table III), for the report.
       initial_iterations, iterations_per_update: solver iterations.
       solver: extra :class:`~contactopt.solvers.idto.IDTOSettings` fields.
@@ -85,7 +86,7 @@ class IDTOTask:
     kd: object = 0.0
     lag: float = 0.01
     update_period: float = 0.01
-    min_lag: float = 0.0
+    min_lag: float | None = None
     rate_target_hz: float = 100.0
     initial_iterations: int = 50
     iterations_per_update: int = 1
@@ -97,6 +98,18 @@ class IDTOTask:
     failure: Callable | None = None
     planner_model: Callable | None = None
     initial_guess: Callable | None = None
+
+    def policy_min_lag(self) -> float:
+        """The least policy lag [s] its planner gets: ``min_lag``, or the task's ``lag`` when
+        ``min_lag`` is None.
+
+        A recipe is tuned in sync mode at the fixed ``lag``, where each plan takes over that long
+        after the state it was planned from.  In asynchronous real time the lag is the planner's
+        compute time, often shorter: the plant then runs the start of each plan (its first knot
+        interval, from the measured state) that the tuned recipe never ran.  Holding each plan back
+        to at least ``lag`` keeps real time what sync mode measured (the hopper, bimanual-box and
+        hand-ball: ``docs/experiments/idto-min-lag.md``)."""
+        return float(self.lag if self.min_lag is None else self.min_lag)
 
 
 def _load(name: str):
@@ -143,7 +156,7 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
                           restart_radius=task.restart_radius, lag_compensation=task.lag_compensation,
                           initial_guess=None if task.initial_guess is None
                           else task.initial_guess(m, task.horizon, task.time_step))
-    planner.min_lag = float(task.min_lag)  # read by the runner (runner.planner_min_lag)
+    planner.min_lag = task.policy_min_lag()  # read by the runner (runner.planner_min_lag)
     return planner
 
 
