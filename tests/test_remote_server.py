@@ -477,17 +477,18 @@ def test_the_served_planners_min_lag_holds_each_policy_back(task):
             rp.close()
         with PolicyClient(f"127.0.0.1:{srv.port}", model=m) as c:
             first = c.reset(0.0, d.qpos, d.qvel)
-            assert c.min_lag == pytest.approx(0.03) and c.policy is first  # a reset's plan: at once
+            assert c.min_lag == pytest.approx(0.03) and c.policy_in_effect is first  # a reset's plan: at once
             c.update_state(0.01, d.qpos, d.qvel)
             deadline = time.time() + 20
             while not c._waiting and time.time() < deadline:
                 time.sleep(0.01)
             newer = c._waiting[-1][0]
             assert newer.t0 == pytest.approx(0.01)
+            assert c.policy is newer  # the newest received
             c.control(0.035, d.qpos, d.qvel)  # before 0.01 + 0.03: the first plan still
-            assert c.policy is first
+            assert c.policy_in_effect is first
             c.control(0.04, d.qpos, d.qvel)
-            assert c.policy is newer and not c._waiting
+            assert c.policy_in_effect is newer and not c._waiting
     msg = pb().Policy()
     for bad in (math.nan, -1.0, math.inf):
         msg.min_lag_s = bad

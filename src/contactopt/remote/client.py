@@ -247,7 +247,8 @@ class PolicyClient(_Client):
         #: the served planner's least policy lag [s] (sent with every policy): a new policy takes
         #: effect at the first ``control(t)`` with ``t ≥ t0 + min_lag``, the one before until then
         self.min_lag = 0.0
-        self._policy = None
+        self._policy = None     # the newest policy received
+        self._in_effect = None  # the policy control() evaluates
         self._waiting = []  # (policy, t_due) of policies received, waiting for their min_lag
         self._known = 0
         self._closed = False
@@ -307,9 +308,14 @@ class PolicyClient(_Client):
 
     @property
     def policy(self):
-        """The policy in effect (a :class:`~contactopt.mpc.policy.Policy`), or None before the
-        first; a newer one received waits for the served ``min_lag`` (see :meth:`control`)."""
+        """The newest policy received (a :class:`~contactopt.mpc.policy.Policy`), or None before
+        the first; it may still wait for the served ``min_lag`` (:attr:`policy_in_effect`)."""
         return self._policy
+
+    @property
+    def policy_in_effect(self):
+        """The policy :meth:`control` evaluates now (None before the first)."""
+        return self._in_effect
 
     def control(self, t: float, qpos, qvel, act=None) -> np.ndarray:
         """Control ``(nu,)`` at time ``t`` [s] for the measured state: the newest policy's once
@@ -319,9 +325,9 @@ class PolicyClient(_Client):
             with self._lock:  # the newest policy due takes effect (older ones due are superseded)
                 due = [w for w in self._waiting if t >= w[1] - 1e-9]
                 if due:
-                    self._policy = due[-1][0]
+                    self._in_effect = due[-1][0]
                     self._waiting = [w for w in self._waiting if t < w[1] - 1e-9]
-        p = self._policy
+        p = self._in_effect
         lay = self.layout
         if p is None or t > p.t0 + p.horizon_time:
             self.fallback_controls += 1
@@ -427,8 +433,9 @@ class PolicyClient(_Client):
                 self.update_period = served_update_period(reply.policy)
                 self.min_lag = served_min_lag(reply.policy)
                 with self._lock:  # the first policy takes effect at once, a later one after min_lag
-                    if self._policy is None:
-                        self._policy = policy
+                    self._policy = policy
+                    if self._in_effect is None:
+                        self._in_effect = policy
                     else:
                         self._waiting.append((policy, policy.t0 + self.min_lag))
                         del self._waiting[:-64]  # a plant that stopped calling control(): a bound
@@ -460,7 +467,8 @@ class PolicyClient(_Client):
                 raise ParameterError(exc.details()) from None
             raise _remote_error(exc, self.conn.address, "reset") from None
         with self._lock:  # the reset plant's plan takes effect at once
-            self._policy, self._waiting = decode_policy(reply.policy, lay), []
+            self._policy = self._in_effect = decode_policy(reply.policy, lay)
+            self._waiting = []
         self._known = reply.policy.sequence
         self.update_period = served_update_period(reply.policy)
         self.min_lag = served_min_lag(reply.policy)
