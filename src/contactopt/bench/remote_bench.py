@@ -215,7 +215,8 @@ def table(result: dict) -> str:
         a, b = cl["in_process_async"], cl["remote"]
         text += (f"\n{cl['task']} ({cl['planner']}, seeds {cl['seeds']}): in-process async {a['success']}/{a['of']} "
                  f"(median time to success {seconds(a['time_to_success_median'])}), remote {b['success']}/{b['of']} "
-                 f"({seconds(b['time_to_success_median'])}); remote round trip {cl['remote_round_trip_ms_median']:.2f} ms, "
+                 f"({seconds(b['time_to_success_median'])}); "
+                 f"remote round trip {cl['remote_round_trip_ms_median']:.2f} ms, "
                  f"transport {cl['remote_transport_ms_median']:.2f} ms")
     return text
 

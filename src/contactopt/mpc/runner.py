@@ -37,8 +37,10 @@ only work near their paper's rate (``docs/experiments/remote-quadruped.md``).
 A planner's ``min_lag`` attribute (:func:`planner_min_lag`; the ``min_lag`` option of every
 registered planner) holds each new policy back until that long after the state it was
 planned from, in both modes (sync: the lag is ``max(lag, min_lag)``; async: the plant keeps the
-previous policy until then).  At every plant step the newest plan that is due is in force.  The IDTO hopper sets its knot spacing: its recipe works when the
-plant never runs a plan's first knot interval (``docs/experiments/hopper-idto.md``).
+previous policy until then).  At every plant step the newest plan that is due is in force.
+The IDTO scenarios set their fixed sync-mode lag (``IDTOTask.policy_min_lag``): their recipes
+work when the plant never runs a plan's first knot interval
+(``docs/experiments/idto-min-lag.md``).
 
 A failed update (diverged solve, non-finite plan) never reaches the plant: the last good
 policy stays in force.  A non-finite feedback control falls back to the policy's
