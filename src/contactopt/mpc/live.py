@@ -56,7 +56,7 @@ from .live_helpers import (
     drag_impulse,
     format_toml,
 )
-from .runner import next_update_start
+from .runner import next_update_start, pop_newest_due
 from .session import DYNAMICS_KEYS, PlannerSession, apply_dynamics
 
 __all__ = ["DRAG_GAIN", "DRAG_MAX_SPEED", "DRAG_TIME_SCALE", "GOAL_LIMIT", "PLANT_KEYS", "SAFE_RANGES", "Change",
@@ -537,10 +537,9 @@ class LiveRun(_GoalsMixin):
                     if self._waiting:
                         now = float(self.data.time)
                         self._waiting = [w for w in self._waiting if w[1] == self._generation]
-                        due = [w for w in self._waiting if now >= w[3] - 1e-9]
-                        if due:  # the newest plan due takes effect (older ones due are superseded)
-                            policy, gen, t_state, _ = due[-1]
-                            self._waiting = [w for w in self._waiting if now < w[3] - 1e-9]
+                        due = pop_newest_due(self._waiting, now)
+                        if due is not None:
+                            policy, gen, t_state, _ = due
                             self._policy, self._policy_generation = policy, gen
                             lag = float(self.data.time) - t_state  # planned-from state → applied
                             self._last_lag = lag

@@ -67,7 +67,7 @@ from ..simulate import SimulationError
 from .policy import Policy
 
 __all__ = ["Planner", "PlannerUpdate", "Push", "MPCSettings", "MPCResult", "UpdateRecord", "UpdateLog",
-           "planner_update_period", "planner_min_lag", "next_update_start",
+           "planner_update_period", "planner_min_lag", "next_update_start", "pop_newest_due", "seconds_or_zero",
            "run_mpc", "perturb_model", "find_min_slowdown", "BREAKDOWN_KEYS", "PLANT_CONTACTS",
            "plant_stepper"]
 
@@ -633,15 +633,18 @@ def _observe_lag(planner, lag: float) -> None:
         observe(float(lag))
 
 
-def _planner_seconds(planner, name: str) -> float:
-    """The planner's attribute ``name`` as seconds: 0 when it has none, or a value that is not a
-    finite number ≥ 0."""
-    own = getattr(planner, name, 0.0)
+def seconds_or_zero(value) -> float:
+    """``value`` as seconds: 0 for None or a value that is not a finite number ≥ 0."""
     try:
-        own = float(own or 0.0)
+        value = float(value or 0.0)
     except (TypeError, ValueError):
         return 0.0
-    return own if math.isfinite(own) and own >= 0 else 0.0
+    return value if math.isfinite(value) and value >= 0 else 0.0
+
+
+def _planner_seconds(planner, name: str) -> float:
+    """The planner's attribute ``name`` as seconds (:func:`seconds_or_zero`; 0 when it has none)."""
+    return seconds_or_zero(getattr(planner, name, 0.0))
 
 
 def planner_update_period(planner, settings: MPCSettings) -> float:
@@ -669,6 +672,18 @@ def next_update_start(previous: float, period: float, t: float) -> float:
     if not math.isfinite(previous):
         return t + period
     return max(previous + period, t)
+
+
+def pop_newest_due(waiting: list, t: float):
+    """Of ``waiting`` (tuples whose last item is the time [s] each takes effect, oldest first),
+    the newest whose time has come by ``t``, or None; it and the older ones due leave the list
+    (superseded, never applied).  Shared by the async loop, the live loop and the remote client
+    for plans held back by a planner's ``min_lag``."""
+    due = [w for w in waiting if t >= w[-1] - 1e-9]
+    if not due:
+        return None
+    waiting[:] = [w for w in waiting if t < w[-1] - 1e-9]
+    return due[-1]
 
 
 def _check_update(upd) -> PlannerUpdate:
@@ -838,10 +853,9 @@ def _run_async(planner, plant: _Plant, policy: Policy, updates: list, s: MPCSett
                 shared["new"] = None
             if new is not None:  # each plan waits for its ``min_lag``
                 waiting.append((new[0], new[1], new[1] + planner_min_lag(planner)))
-            due = [w for w in waiting if t >= w[2] - 1e-9]
-            if due:  # the newest plan due takes effect (older ones due are superseded, unapplied)
-                upd, t_state, _ = due[-1]
-                waiting = [w for w in waiting if t < w[2] - 1e-9]
+            due = pop_newest_due(waiting, t)
+            if due is not None:
+                upd, t_state, _ = due
                 policy = upd.policy
                 updates.append(UpdateRecord(t_state, t, upd.compute_time, upd.cost, upd.iterations, True,
                                             upd.breakdown, upd.message))

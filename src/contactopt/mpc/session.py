@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import ParameterError
 from . import registry
-from .runner import PlannerUpdate, perturb_model, planner_min_lag
+from .runner import PlannerUpdate, perturb_model, planner_min_lag, seconds_or_zero
 
 __all__ = ["DYNAMICS_KEYS", "PlannerSession", "Setting", "apply_dynamics"]
 
@@ -348,11 +348,7 @@ class PlannerSession:
         if self._planner is not None:
             return planner_min_lag(self._planner)
         with self._lock:
-            try:
-                value = float(self._options.get("min_lag") or 0.0)
-            except (TypeError, ValueError):
-                return 0.0
-        return value if math.isfinite(value) and value >= 0 else 0.0
+            return seconds_or_zero(self._options.get("min_lag"))
 
     def planned_trajectory(self):
         """``(times (K,), qpos (K, nq))`` of the newest plan [s, model units], or None when the

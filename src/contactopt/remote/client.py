@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import ContactoptError, ParameterError
 from ..mpc.policy import Policy
+from ..mpc.runner import pop_newest_due, seconds_or_zero
 from .messages import Layout, check_mocap, decode_policy, encode_state, grpc_module, layout_of, pb
 
 __all__ = ["ExpiringPolicy", "PolicyClient", "RemoteError", "RemotePlanner"]
@@ -322,11 +323,10 @@ class PolicyClient(_Client):
         ``t ≥ t0 + min_lag`` (the served planner's least lag; until then the one before), or the
         fallback before the first policy and after its horizon ends."""
         if self._waiting:
-            with self._lock:  # the newest policy due takes effect (older ones due are superseded)
-                due = [w for w in self._waiting if t >= w[1] - 1e-9]
-                if due:
-                    self._in_effect = due[-1][0]
-                    self._waiting = [w for w in self._waiting if t < w[1] - 1e-9]
+            with self._lock:
+                due = pop_newest_due(self._waiting, t)
+                if due is not None:
+                    self._in_effect = due[0]
         p = self._in_effect
         lay = self.layout
         if p is None or t > p.t0 + p.horizon_time:
@@ -515,22 +515,17 @@ class ExpiringPolicy(Policy):
         return np.zeros(self.nu) if self._expired(t) else self.policy.feedforward(t)
 
 
-def _served_seconds(value) -> float:
-    value = float(value)
-    return value if math.isfinite(value) and value >= 0 else 0.0
-
-
 def served_update_period(policy_msg) -> float:
     """The server planner's replan period [s] a ``Policy`` message carries (``update_period_s``;
     0 for a value that is not a finite number ≥ 0, or from a server that does not send it)."""
-    return _served_seconds(policy_msg.update_period_s)
+    return seconds_or_zero(policy_msg.update_period_s)
 
 
 def served_min_lag(policy_msg) -> float:
     """The server planner's least policy lag [s] a ``Policy`` message carries (``min_lag_s``: the
     plant applies the policy no sooner than ``t0 + min_lag``); 0 for a value that is not a finite
     number ≥ 0, or from a server that does not send it."""
-    return _served_seconds(policy_msg.min_lag_s)
+    return seconds_or_zero(policy_msg.min_lag_s)
 
 
 class RemotePlanner(_Client):
