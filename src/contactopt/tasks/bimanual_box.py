@@ -7,7 +7,7 @@ balanced on an edge.  The active target switches when it is reached (``BOX_TOL_P
 nominal (:func:`make_bimanual_nominal`) moves the box from its measured pose toward the active
 target at ``BOX_GRASP_SPEED`` / ``BOX_SPIN``; during the slide and the lift the arms' nominal
 holds the box in a squeezing grasp that follows that ramp (:func:`grasp_ik`: the end-effector
-spheres ``BOX_SQUEEZE`` inside the ±x faces, the left flange 45° down, the right one level,
+spheres ``BOX_SQUEEZE`` inside the ±x faces, the left flange 23° down, the right one level,
 ``BOX_GRASP_PITCH``), during the edge phase the left hand presses on the upper part of the
 box's left face, following the ramp, while the right hand waits on the table to its right as a
 stop (``BOX_TIP_*``): the box is tipped over its lower right edge.  The first plan starts from

@@ -56,9 +56,12 @@ BOX_GRASP_SPEED = 0.15  # m/s: and the task's (grasp, tip)
 BOX_SPIN = 1.0  # rad/s: and rotation rate
 BOX_SQUEEZE = 0.05  # m: the hands' nominal centres this far inside the box faces (grasp)
 BOX_GRASP_TARGETS = ("slide", "lift")  # targets whose arm nominal holds the box in a squeezing grasp
-#: (left, right) flange pitch [rad] of the grasps: the right hand level — at the 45° of home the right
-#: elbow (J4) is at its limit before the hand reaches the box's right face for box x ≳ 0.05 m
-BOX_GRASP_PITCH = (math.radians(-45.0), 0.0)
+#: (left, right) flange pitch [rad] of the grasps (and of the left hand's press while tipping): the
+#: right hand level — at the 45° of home the right elbow (J4) is at its limit before the hand reaches
+#: the box's right face for box x ≳ 0.05 m; the left one 0.4 rad (23°) down — at home's 45° its hand
+#: drifted sideways in the lift and the squeezed box turned in the grasp
+#: (docs/experiments/bimanual-box-idto.md, "The left hand's pitch")
+BOX_GRASP_PITCH = (-0.4, 0.0)
 BOX_GRASP_HEIGHT = 0.0  # m: the hands' grasp height relative to the box centre
 BOX_GRASP_KNOT_STRIDE = 5  # knots between the grasp solutions of a turning box's nominal
 BOX_GUESS_CLOSE_STEPS = 5  # knots over which the first guess closes the hands
