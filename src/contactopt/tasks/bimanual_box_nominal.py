@@ -56,11 +56,11 @@ BOX_GRASP_SPEED = 0.15  # m/s: and the task's (grasp, tip)
 BOX_SPIN = 1.0  # rad/s: and rotation rate
 BOX_SQUEEZE = 0.05  # m: the hands' nominal centres this far inside the box faces (grasp)
 BOX_GRASP_TARGETS = ("slide", "lift")  # targets whose arm nominal holds the box in a squeezing grasp
-#: (left, right) flange pitch [rad] of the grasps (and of the left hand's press while tipping): the
-#: right hand level — at the 45° of home the right elbow (J4) is at its limit before the hand reaches
-#: the box's right face for box x ≳ 0.05 m; the left one 0.4 rad (23°) down — at home's 45° its hand
-#: drifted sideways in the lift and the squeezed box turned in the grasp
-#: (docs/experiments/bimanual-box-idto.md, "The left hand's pitch")
+#: (left, right) flange pitch [rad] of the grasps (slide, lift): the right hand level — at the 45° of
+#: home the right elbow (J4) is at its limit before the hand reaches the box's right face for box
+#: x ≳ 0.05 m; the left one 0.4 rad (23°) down — at home's 45° its hand drifted sideways from its
+#: plan in the lift and the squeezed box turned in the grasp (docs/experiments/bimanual-box-idto.md,
+#: "The left hand's pitch")
 BOX_GRASP_PITCH = (-0.4, 0.0)
 BOX_GRASP_HEIGHT = 0.0  # m: the hands' grasp height relative to the box centre
 BOX_GRASP_KNOT_STRIDE = 5  # knots between the grasp solutions of a turning box's nominal
@@ -71,6 +71,9 @@ BOX_GUESS_CLOSE_STEPS = 5  # knots over which the first guess closes the hands
 BOX_TIP_TARGETS = ("edge",)
 BOX_TIP_SQUEEZE = 0.03  # m: the left hand's nominal this far inside the left face while tipping
 BOX_TIP_LEFT_HEIGHT = 0.04  # m: and this far above the box centre (along the box's z axis)
+#: (left, right) flange pitch [rad] while tipping: the left hand pressing 45° down (as at home), the
+#: right one level, a stop
+BOX_TIP_PITCH = (math.radians(-45.0), 0.0)
 BOX_TIP_STOP = (0.225, 0.0, _TABLE_TOP + 0.05)
 
 
@@ -214,9 +217,9 @@ def make_bimanual_nominal(grasp_targets=(), squeeze: float | None = None, target
       ramp's two ends, or, on a turning ramp, every ``BOX_GRASP_KNOT_STRIDE`` knots);
     * while a target named in ``tip_targets`` is active: the left hand follows the ramp pressed on
       the upper part of the box's left face (``BOX_TIP_SQUEEZE`` deep, ``BOX_TIP_LEFT_HEIGHT`` above
-      the centre; grasps every ``BOX_GRASP_KNOT_STRIDE`` knots), the right hand's sphere waits
-      centred at ``BOX_TIP_STOP``, on the table to the right of the box: a stop for its lower right
-      side while the left hand tips it over that side.
+      the centre, at ``BOX_TIP_PITCH``; grasps every ``BOX_GRASP_KNOT_STRIDE`` knots), the right
+      hand's sphere waits centred at ``BOX_TIP_STOP``, on the table to the right of the box: a stop
+      for its lower right side while the left hand tips it over that side.
 
     The returned nominal carries its schedule as ``nominal.schedule``.
     """
@@ -244,14 +247,14 @@ def make_bimanual_nominal(grasp_targets=(), squeeze: float | None = None, target
         knots = np.unique(np.r_[np.arange(0, T, BOX_GRASP_KNOT_STRIDE), T])
         stop_box = np.asarray(BOX_TIP_STOP, dtype=float) - [_BOX_HALF + _EE_RADIUS, 0.0, 0.0]
 
-        def solve(pos, quat, sq, height, iterations=20):
+        def solve(pos, quat, sq, height, iterations=20, pitch=BOX_GRASP_PITCH):
             cache["q"] = grasp_ik(model, pos, sq, cache["q"], iterations=iterations, height=height,
-                                  data=scratch, box_quat=quat, pitch=BOX_GRASP_PITCH)
+                                  data=scratch, box_quat=quat, pitch=pitch)
             return cache["q"]
 
-        def along_knots(box, cols, sq, height):
+        def along_knots(box, cols, sq, height, pitch=BOX_GRASP_PITCH):
             """``cols`` of the grasps of the ramp ``box (T+1, 7)`` at ``knots``, interpolated."""
-            sols = np.array([solve(box[k, :3], box[k, 3:], sq, height, 20 if i == 0 else 8)[cols]
+            sols = np.array([solve(box[k, :3], box[k, 3:], sq, height, 20 if i == 0 else 8, pitch)[cols]
                              for i, k in enumerate(knots)])
             steps = np.arange(T + 1)
             return np.stack([np.interp(steps, knots, sols[:, j]) for j in range(len(cols))], axis=1)
@@ -274,9 +277,9 @@ def make_bimanual_nominal(grasp_targets=(), squeeze: float | None = None, target
                     q[:, arms] = a0 + frac[:, None] * (a1 - a0)
                 v = finite_velocity(model, q, h)
             elif target.name in tip_targets:
-                q[:, left] = along_knots(box, left, BOX_TIP_SQUEEZE, BOX_TIP_LEFT_HEIGHT)
+                q[:, left] = along_knots(box, left, BOX_TIP_SQUEEZE, BOX_TIP_LEFT_HEIGHT, BOX_TIP_PITCH)
                 q[:, right] = grasp_ik(model, stop_box, 0.0, cache["q"], iterations=20, data=scratch,
-                                       pitch=BOX_GRASP_PITCH)[right]
+                                       pitch=BOX_TIP_PITCH)[right]
                 v = finite_velocity(model, q, h)
             return q, v
 
