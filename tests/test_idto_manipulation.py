@@ -513,21 +513,30 @@ def test_bimanual_grasp_lifts_the_box_where_the_paper_settings_do_not():
 
 
 @pytest.mark.slow
-def test_bimanual_box_closed_loop_slides_lifts_and_sets_the_box_on_its_edge_seed_2():
-    """The documented success (docs/experiments): seed 2 reaches the slide, the lift and the edge
-    target in order and holds the edge from 2.2 s (sync mode; ~5-15 s of wall time)."""
+def test_bimanual_box_slides_lifts_and_sets_the_box_on_its_edge_on_a_seed_range():
+    """Seeds 8-23 of the README's range 0:32 (seeds 0-7 are the ones the grasp was first tuned on;
+    sync mode, the task's fixed 50 ms lag, so deterministic on one machine): at least 11 of 16
+    succeed, each reaching the slide, the lift and the edge target in order, the lift reached (not
+    skipped after its budget), the box still on its edge at the end.  When this was written they
+    gave 13/16 (``contactopt bench tasks --tasks bimanual-box --seeds 0:32``: 28/32), and 3/16 with
+    the left hand grasping at home's 45°."""
     from contactopt.tasks.idto_task import run_idto_task
 
-    result, plant, x0 = run_idto_task(bb.BIMANUAL_BOX, seconds=3.5, seed=2)
-    assert result.success and result.time_to_success < 3.0
-    rows = bb._bimanual_report(bb.BIMANUAL_BOX, plant, result, x0)["targets"]
-    assert [r["reached"] for r in rows] == [True, True, True]
-    assert rows[0]["reached_at"] < rows[1]["reached_at"] < rows[2]["reached_at"]
-    assert rows[1]["switched_by"] == "reached"  # lifted, not skipped after the budget
-    qa, _ = nom.free_joint(plant, "box")
-    ep, eo = bn.box_pose_error(result.qpos[-1], bn.BOX_TARGETS[-1], qa)
-    assert ep < bn.BOX_TOL_POS and eo < bn.BOX_TOL_DEG  # still on its edge at the end
-    assert result.failed_updates == 0
+    successes = 0
+    for seed in range(8, 24):
+        result, plant, x0 = run_idto_task(bb.BIMANUAL_BOX, seed=seed)
+        assert result.failed_updates == 0
+        if not result.success:
+            continue
+        successes += 1
+        rows = bb._bimanual_report(bb.BIMANUAL_BOX, plant, result, x0)["targets"]
+        assert [r["reached"] for r in rows] == [True, True, True]
+        assert rows[0]["reached_at"] < rows[1]["reached_at"] < rows[2]["reached_at"]
+        assert rows[1]["switched_by"] == "reached"  # lifted, not skipped after the budget
+        qa, _ = nom.free_joint(plant, "box")
+        ep, eo = bn.box_pose_error(result.qpos[-1], bn.BOX_TARGETS[-1], qa)
+        assert ep < bn.BOX_TOL_POS and eo < bn.BOX_TOL_DEG  # still on its edge at the end
+    assert successes >= 11, f"{successes}/16 of seeds 8-23"
 
 
 def test_box_success_needs_every_target_in_order():

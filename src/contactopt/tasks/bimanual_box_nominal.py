@@ -56,11 +56,11 @@ BOX_GRASP_SPEED = 0.15  # m/s: and the task's (grasp, tip)
 BOX_SPIN = 1.0  # rad/s: and rotation rate
 BOX_SQUEEZE = 0.05  # m: the hands' nominal centres this far inside the box faces (grasp)
 BOX_GRASP_TARGETS = ("slide", "lift")  # targets whose arm nominal holds the box in a squeezing grasp
-#: (left, right) flange pitch [rad] of the grasps (slide, lift): the right hand level — at the 45° of
-#: home the right elbow (J4) is at its limit before the hand reaches the box's right face for box
-#: x ≳ 0.05 m; the left one 0.4 rad (23°) down — at home's 45° its hand drifted sideways from its
-#: plan in the lift and the squeezed box turned in the grasp (docs/experiments/bimanual-box-idto.md,
-#: "The left hand's pitch")
+#: (left, right) flange pitch [rad] of the grasps (slide, lift): the right hand level — at the 45°
+#: of home the right elbow (J4) is at its limit before the hand reaches the box's right face for
+#: box x ≳ 0.05 m; the left one 0.4 rad (23°) down — at home's 45° its hand drifted sideways from
+#: its plan in the lift and the squeezed box turned in the grasp
+#: (docs/experiments/bimanual-box-idto.md, "The left hand's pitch")
 BOX_GRASP_PITCH = (-0.4, 0.0)
 BOX_GRASP_HEIGHT = 0.0  # m: the hands' grasp height relative to the box centre
 BOX_GRASP_KNOT_STRIDE = 5  # knots between the grasp solutions of a turning box's nominal
