@@ -420,13 +420,6 @@ def test_grasp_nominal_carries_the_hands_with_the_box_and_the_guess_closes_them(
     assert np.abs(v[1:, :14]).max() > 0  # the arms move with the box
     with pytest.raises(ParameterError):
         bn.make_bimanual_nominal(("nowhere",))
-    guess = bn.bimanual_grasp_guess(m, T, h)(0.0, x)
-    assert guess.shape == (T + 1, 21)
-    np.testing.assert_array_equal(guess[0], x[:21])
-    n = bn.BOX_GUESS_CLOSE_STEPS
-    np.testing.assert_allclose(guess[n:], np.tile(guess[-1], (T + 1 - n, 1)))
-    left, right = _ee(m, guess[-1])
-    assert right[0] - left[0] == pytest.approx(2 * off, abs=5e-3)
     ov = bb.box_grasp_overrides()
     assert ov["contact"]["friction"] == bb.BOX_PLANNER_FRICTION
     np.testing.assert_allclose(ov["weights"]["Qq"][:14], bb.BOX_ARM_WEIGHT)

@@ -7,7 +7,7 @@
   end-effector sites ``{side}_ee``) with their end-effector spheres on the box's ±x faces.
 * :func:`make_bimanual_nominal` — the box ramping from its measured pose toward the active
   target (:func:`~contactopt.nominal.pose_ramp`), the arms holding it in a squeezing grasp or
-  tipping it; :func:`bimanual_grasp_guess` — the first plan's guess, the hands closing on the box.
+  tipping it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..rotations import orientation_error, quat_from_axis_angle
 from ..rotations import unit_quat as _quat
 
 __all__ = ["BoxTarget", "BOX_TARGETS", "box_pose_error", "TargetSchedule", "arm_qpos_indices",
-           "grasp_ik", "make_bimanual_nominal", "bimanual_grasp_guess"]
+           "grasp_ik", "make_bimanual_nominal"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,6 @@ BOX_GRASP_TARGETS = ("slide", "lift")  # targets whose arm nominal holds the box
 BOX_GRASP_PITCH = (-0.4, 0.0)
 BOX_GRASP_HEIGHT = 0.0  # m: the hands' grasp height relative to the box centre
 BOX_GRASP_KNOT_STRIDE = 5  # knots between the grasp solutions of a turning box's nominal
-BOX_GUESS_CLOSE_STEPS = 5  # knots over which the first guess closes the hands
 #: targets whose arm nominal tips the box (:func:`make_bimanual_nominal`): the left hand pushes on the
 #: upper part of the left face, following the box ramp, the right hand waits as a stop at
 #: ``BOX_TIP_STOP`` (its sphere's centre, on the table) for the box's lower right side
@@ -287,22 +286,3 @@ def make_bimanual_nominal(grasp_targets=(), squeeze: float | None = None, target
         return nominal
 
     return factory
-
-
-def bimanual_grasp_guess(model, T, h):
-    """``initial_guess`` factory ``(model, T, h) -> guess(t, x) -> q (T+1, nq)``: the box held
-    where it is measured and the arms closing, over ``BOX_GUESS_CLOSE_STEPS`` knots, on a
-    ``BOX_SQUEEZE`` grasp of it (:func:`grasp_ik`)."""
-    qadr, _ = free_joint(model, "box")
-    arms = np.concatenate([arm_qpos_indices(model, s) for s, _ in _ARMS])
-
-    def guess(t, x):
-        q0 = np.asarray(x[:model.nq], dtype=float)
-        g = grasp_ik(model, q0[qadr:qadr + 3], BOX_SQUEEZE, q0, height=BOX_GRASP_HEIGHT,
-                     pitch=BOX_GRASP_PITCH)
-        q = np.tile(q0, (T + 1, 1))
-        ramp = np.minimum(1.0, np.arange(T + 1) / BOX_GUESS_CLOSE_STEPS)[:, None]
-        q[:, arms] = q0[arms] + ramp * (g[arms] - q0[arms])
-        return q
-
-    return guess

@@ -49,14 +49,6 @@ def _hopper_nominal(model, T, h):
     return nominal
 
 
-def _hopper_initial_guess(model, T, h):
-    """The first plan starts from the nominal (``x`` ramped toward the target): from a held standing
-    guess the solver settles on its toe, leaning forward, and never hops
-    (docs/experiments/hopper-idto.md)."""
-    nominal = _hopper_nominal(model, T, h)
-    return lambda t, x: nominal(t, x)[0]
-
-
 def _hopper_initial(model, data, rng):
     data.qpos[:] = HOPPER_HOME
     data.qpos[3:] += rng.uniform(-0.05, 0.05, 2)
@@ -120,7 +112,9 @@ HOPPER = IDTOTask(
     # the paper's hopper contact: k 800 N/m, σ 1 cm, μ 1, v_s 0.05 m/s, v_d 0.1 m/s
     contact=dict(stiffness=800.0, smoothing=0.01, friction=1.0, stiction_velocity=0.05,
                  dissipation_velocity=0.1),
-    nominal=_hopper_nominal, initial_guess=_hopper_initial_guess, initial_state=_hopper_initial,
+    # the first plan starts from the nominal (x ramped toward the target): from a held standing
+    # guess the solver settles on its toe, leaning forward, and never hops
+    nominal=_hopper_nominal, initial_guess="nominal", initial_state=_hopper_initial,
     success=_hopper_success, failure=_hopper_fell,
     # the authors' PD gains (K_p 100, K_d 5 on the two motors)
     metric=_hopper_metric, success_hold=0.5, default_seconds=10.0, kp=100.0, kd=5.0, lag=0.025,

@@ -45,7 +45,10 @@ class IDTOTask:
       failure: optional ``(model, data) -> bool`` failure test on the plant (e.g. "fell"),
         latched at its first true (see :func:`~contactopt.mpc.run_mpc`).
       initial_guess: optional ``(model, T, h) -> initial_guess(t, x) -> q (T+1, nq)``: the first
-        plan's starting trajectory (default: ``q`` held; see :class:`~contactopt.mpc.IDTOPlanner`).
+        plan's starting trajectory (default: ``q`` held; see :class:`~contactopt.mpc.IDTOPlanner`),
+        or ``"nominal"``: the configurations ``q_nom`` of the planner's own ``nominal(t, x)`` (the
+        same call, so a nominal with a target schedule starts the plan on the active target; the
+        task form's ``first_guess="reference"``).
       planner_model: optional ``(model) -> None`` that edits the planner's own model before
         the problem is built (e.g. collision filters the compliant model should see); the
         plant is never edited.
@@ -97,7 +100,7 @@ class IDTOTask:
     success_factory: Callable | None = None
     failure: Callable | None = None
     planner_model: Callable | None = None
-    initial_guess: Callable | None = None
+    initial_guess: Callable | str | None = None
 
     def policy_min_lag(self) -> float:
         """The least policy lag [s] its planner gets: ``min_lag``, or the task's ``lag`` when
@@ -150,12 +153,19 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
         kwargs["workers"] = workers
     problem = IDTOProblem(m, task.horizon, task.time_step, q0, contact=contact, **kwargs)
     options = IDTOSettings(**{"convergence": None, **task.solver})
+    nominal = task.nominal(m, task.horizon, task.time_step)
+    if task.initial_guess is None:
+        guess = None
+    elif isinstance(task.initial_guess, str):
+        if task.initial_guess != "nominal":
+            raise ParameterError(f"initial_guess must be a callable or 'nominal', got {task.initial_guess!r}")
+        guess = lambda t, x: nominal(t, x)[0]  # noqa: E731  (the planner's own nominal)
+    else:
+        guess = task.initial_guess(m, task.horizon, task.time_step)
     planner = IDTOPlanner(problem, plant_model=m, options=options, initial_iterations=task.initial_iterations,
-                          iterations_per_update=task.iterations_per_update,
-                          nominal=task.nominal(m, task.horizon, task.time_step), kp=task.kp, kd=task.kd,
-                          restart_radius=task.restart_radius, lag_compensation=task.lag_compensation,
-                          initial_guess=None if task.initial_guess is None
-                          else task.initial_guess(m, task.horizon, task.time_step))
+                          iterations_per_update=task.iterations_per_update, nominal=nominal,
+                          kp=task.kp, kd=task.kd, restart_radius=task.restart_radius,
+                          lag_compensation=task.lag_compensation, initial_guess=guess)
     planner.min_lag = task.policy_min_lag()  # read by the runner (runner.planner_min_lag)
     return planner
 
