@@ -97,3 +97,30 @@ def test_a_tasks_least_policy_lag_is_its_lag_unless_set():
             close = getattr(planner, "close", None)
             if close is not None:
                 close()
+
+
+def test_a_tasks_nominal_first_guess_is_the_planners_own_nominal():
+    """``IDTOTask.initial_guess="nominal"``: the first plan starts from ``q_nom`` of the planner's
+    own nominal (bimanual-box: its target schedule is the planner's), and an unknown string is
+    refused by name."""
+    import contactopt.tasks.bimanual_box as bb
+    from contactopt.errors import ParameterError
+
+    planner = build_idto_planner(bb.BIMANUAL_BOX)
+    try:
+        model = planner.model
+        data = mujoco.MjData(model)
+        bb.BIMANUAL_BOX.initial_state(model, data, np.random.default_rng(0))
+        x = np.concatenate([data.qpos, data.qvel])
+        guess = planner.initial_guess(0.0, x)
+        q_nom, _ = planner.nominal(0.0, x)
+        # equal up to the grasp IK, which each call warm-starts from the previous call's solution
+        np.testing.assert_allclose(guess, q_nom, atol=1e-2)
+        assert guess.shape == (planner.T + 1, model.nq)
+        # the hands of the guess are closed on the box, not where they start
+        assert np.abs(guess[0, :14] - x[:14]).max() > 0.05
+        assert planner.nominal.schedule.index == 0  # the same schedule object, still on the slide
+    finally:
+        planner.close()
+    with pytest.raises(ParameterError, match="initial_guess"):
+        build_idto_planner(bb.BIMANUAL_BOX, initial_guess="held")

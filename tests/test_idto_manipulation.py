@@ -511,8 +511,8 @@ def test_bimanual_box_slides_lifts_and_sets_the_box_on_its_edge_on_a_seed_range(
     sync mode, the task's fixed 50 ms lag, so deterministic on one machine): at least 11 of 16
     succeed, each reaching the slide, the lift and the edge target in order, the lift reached (not
     skipped after its budget), the box still on its edge at the end.  When this was written they
-    gave 13/16 (``contactopt bench tasks --tasks bimanual-box --seeds 0:32``: 28/32), and 3/16 with
-    the left hand grasping at home's 45°."""
+    gave 13/16 (``contactopt bench tasks --tasks bimanual-box --seeds 0:32``: 27/32), and 3/16 with
+    the old recipe (the left hand grasping at home's 45°, the hands closing over the first plan)."""
     from contactopt.tasks.idto_task import run_idto_task
 
     successes = 0
