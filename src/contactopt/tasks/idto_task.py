@@ -137,6 +137,8 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
     if overrides:
         import dataclasses
         task = dataclasses.replace(task, **overrides)
+    if isinstance(task.initial_guess, str) and task.initial_guess != "nominal":
+        raise ParameterError(f"initial_guess must be a callable or 'nominal', got {task.initial_guess!r}")
     m = _load(task.model) if model is None else model
     if task.planner_model is not None:
         if model is not None:
@@ -157,8 +159,6 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
     if task.initial_guess is None:
         guess = None
     elif isinstance(task.initial_guess, str):
-        if task.initial_guess != "nominal":
-            raise ParameterError(f"initial_guess must be a callable or 'nominal', got {task.initial_guess!r}")
         guess = lambda t, x: nominal(t, x)[0]  # noqa: E731  (the planner's own nominal)
     else:
         guess = task.initial_guess(m, task.horizon, task.time_step)
