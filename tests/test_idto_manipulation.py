@@ -402,7 +402,7 @@ def test_grasp_ik_puts_the_end_effectors_on_the_box_faces():
         bn.arm_qpos_indices(m, "middle")
 
 
-def test_grasp_nominal_carries_the_hands_with_the_box_and_the_guess_closes_them():
+def test_grasp_nominal_carries_the_hands_with_the_box():
     m = load_model("bimanual")
     T, h = 20, 0.05
     up = bn.BoxTarget("up", (0.0, 0.0, 0.925), (1.0, 0.0, 0.0, 0.0))
