@@ -179,13 +179,16 @@ def test_humanoid_recovers_from_a_forward_push():
 
 
 @pytest.mark.slow
-def test_humanoid_gets_up_closed_loop_with_lag_compensation():
-    """From a seeded lying pose the MPC (the task's defaults: one iteration per update, lag
+def test_humanoid_gets_up_closed_loop_with_lag_compensation_on_a_seed_range():
+    """From seeded lying poses the MPC (the task's defaults: one iteration per update, lag
     compensation) stands the humanoid up with a 22 ms policy lag, ≈ 1.3× the quiet measured lag
-    at the 2× target slowdown.  Seed 4 held under 1e-9 perturbations of the start: 5 of 5."""
+    at the 2× target slowdown, on at least 3 of seeds 8-11, none of them picked (seeds 0-31 with
+    the measured lag: 29/32, README)."""
     from contactopt.tasks.mpc_task import run_ilqg_task
 
     assert hg.HUMANOID_GETUP.ilqg["lag_compensation"] == "auto"
-    result, _ = run_ilqg_task(hg.HUMANOID_GETUP, seed=4, lag=0.022, slowdown=2.0, stop_on_success=True)
-    assert result.success, result.summary()
-    assert result.time_to_success < hg.TASK_SECONDS
+    outcomes = []
+    for seed in range(8, 12):
+        result, _ = run_ilqg_task(hg.HUMANOID_GETUP, seed=seed, lag=0.022, slowdown=2.0, stop_on_success=True)
+        outcomes.append(bool(result.success) and result.time_to_success < hg.TASK_SECONDS)
+    assert sum(outcomes) >= 3, outcomes

@@ -437,15 +437,18 @@ def test_hopper_nominal_is_anchored_to_time_within_the_lead():
 
 
 @pytest.mark.slow
-def test_hopper_idto_mpc_hops_to_the_target():
-    """Closed loop (sync mode, 25 ms lag, one iteration per update): seed 3 rocks forward, hops and
-    stands within 0.1 m of the 0.5 m target for 0.5 s (the hold starts at 2.73 s), without falling."""
+def test_hopper_idto_mpc_hops_to_the_target_on_a_seed_range():
+    """Closed loop (sync mode, the task's 25 ms lag, one iteration per update) on seeds 8-15, none
+    of them picked: at least 4 of 8 rock forward, hop at least once and stand within 0.1 m of the
+    0.5 m target for 0.5 s, without a fall and without a failed update (seeds 0-31: 25/32,
+    README)."""
     from contactopt.tasks.hopper import HOPPER, _hopper_flights
     from contactopt.tasks.idto_task import run_idto_task
 
-    res, plant, x0 = run_idto_task(HOPPER, seconds=3.6, seed=3)
-    assert res.failed_updates == 0
-    assert res.success, res.summary()
-    assert res.time_of_failure is None
-    flights, _ = _hopper_flights(plant, res.qpos)
-    assert flights >= 1
+    outcomes = []
+    for seed in range(8, 16):
+        res, plant, x0 = run_idto_task(HOPPER, seed=seed, stop_on_success=True)
+        assert res.failed_updates == 0, (seed, res.summary())
+        flights, _ = _hopper_flights(plant, res.qpos)
+        outcomes.append(bool(res.success) and res.time_of_failure is None and flights >= 1)
+    assert sum(outcomes) >= 4, outcomes

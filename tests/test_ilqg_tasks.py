@@ -148,28 +148,38 @@ def test_hopper_fall_is_the_latched_failure_test():
 
 
 @pytest.mark.slow
-def test_acrobot_swings_up_closed_loop():
-    """Swing-up and balance with a 20 ms policy lag.  With 50 ms the outcome of this seed
-    flipped under 1e-9 perturbations of the start (3 of 5); with 20 ms it held for 5 of 5."""
-    result, _ = run_ilqg_task(ACROBOT_SWINGUP, seed=4, mode="sync", lag=0.02, stop_on_success=True)
-    assert result.success, result.summary()
-    assert result.failed_updates == 0
+def test_acrobot_swings_up_closed_loop_on_a_seed_range():
+    """Swing-up and balance with a fixed 20 ms policy lag on at least 6 of seeds 8-15, none of
+    them picked, with no failed update (seeds 0-31 with the measured lag: 31/32, README)."""
+    outcomes = []
+    for seed in range(8, 16):
+        result, _ = run_ilqg_task(ACROBOT_SWINGUP, seed=seed, mode="sync", lag=0.02, stop_on_success=True)
+        assert result.failed_updates == 0, (seed, result.summary())
+        outcomes.append(bool(result.success))
+    assert sum(outcomes) >= 6, outcomes
 
 
 @pytest.mark.slow
-def test_hopper_hops_forward_closed_loop_with_lag_compensation():
-    """Hops past 1.5 m with a 15 ms policy lag (the task's lag compensation on).  Seed 9 held
-    under 1e-9 perturbations of the start for 5 of 5 (seeds 4 and 5: 4 and 3 of 5)."""
+def test_hopper_hops_forward_on_a_seed_range_with_lag_compensation():
+    """Hops past 1.5 m with a fixed 10 ms policy lag (the task's lag compensation on) on at
+    least 5 of seeds 8-15, none of them picked; every success without a fall before it.
+    (Tuning seeds 3000-3063 at this lag: 55/64, 86 %: docs/experiments/hopper-hop-ilqg.md; at that
+    rate 4 or fewer of 8 come about 2 % of the time.)"""
     assert HOPPER_HOP.ilqg["lag_compensation"] == "auto"
-    result, _ = run_ilqg_task(HOPPER_HOP, seed=9, mode="sync", lag=0.015, stop_on_success=True)
-    assert result.success, result.summary()
-    assert result.time_of_failure is None
+    outcomes = []
+    for seed in range(8, 16):
+        result, _ = run_ilqg_task(HOPPER_HOP, seed=seed, mode="sync", lag=0.01, stop_on_success=True)
+        outcomes.append(bool(result.success) and result.time_of_failure is None)
+    assert sum(outcomes) >= 5, outcomes
 
 
 @pytest.mark.slow
-def test_swimmer_reaches_closed_loop():
-    result, _ = run_ilqg_task(SWIMMER_REACH, seed=3, mode="sync", lag=0.04, stop_on_success=True)
-    assert result.success, result.summary()
+def test_swimmer_reaches_closed_loop_on_a_seed_range():
+    """The swimmer's nose reaches its target with a fixed 40 ms policy lag on at least 6 of seeds
+    8-15, none of them picked (seeds 0-31 with the measured lag: 32/32, README)."""
+    outcomes = [bool(run_ilqg_task(SWIMMER_REACH, seed=seed, mode="sync", lag=0.04, stop_on_success=True)[0].success)
+                for seed in range(8, 16)]
+    assert sum(outcomes) >= 6, outcomes
 
 
 def test_unknown_planner_option_is_an_error():
