@@ -131,6 +131,23 @@ def test_threaded_derivatives_equal_serial_and_stride_interpolates(small_model, 
     np.testing.assert_allclose(Bs[11], 0.5 * B1[10] + 0.5 * B1[12])
 
 
+@pytest.mark.parametrize("T, stride", [(1, 3), (2, 2), (13, 5), (160, 2), (161, 4), (50, 7)])
+def test_vectorized_stride_interpolation_equals_the_reference_loop(T, stride, rng):
+    from contactopt.dynamics.shared import (_interpolate_skipped_reference, derivative_indices,
+                                            interpolate_skipped)
+
+    idx = derivative_indices(T, stride)
+    A, B = rng.normal(size=(T, 4, 4)), rng.normal(size=(T, 4, 2))
+    A0, Ar, Br = A.copy(), A.copy(), B.copy()
+    interpolate_skipped(A, B, idx)
+    _interpolate_skipped_reference(Ar, Br, idx)
+    np.testing.assert_allclose(A, Ar, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(B, Br, rtol=0, atol=1e-15)
+    skipped = np.setdiff1d(np.arange(T), idx)
+    np.testing.assert_array_equal(A[idx], A0[idx])
+    assert not np.any(np.isclose(A[skipped], A0[skipped]).all(axis=(1, 2)))  # every skipped row filled
+
+
 def test_rollout_feedback_and_step(small_model, rng):
     model = small_model
     dyn = MujocoDynamics(model, nthread=1)
@@ -156,6 +173,28 @@ def test_state_arithmetic_round_trips(small_model, rng):
     dX = rng.normal(scale=0.3, size=(4, dyn.ndx))
     X1 = dyn.state_integrate(X0, dX)
     np.testing.assert_allclose(dyn.state_difference(X0, X1), dX, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["hopper", "acrobot", "humanoid"])
+def test_state_arithmetic_equals_mujocos_per_row_calls(name, rng):
+    """The batched path of hinge/slide-only models (hopper, acrobot) and the per-row path of
+    quaternion models (humanoid) give exactly mj_differentiatePos / mj_integratePos."""
+    model = load_model(name)
+    dyn = MujocoDynamics(model, nthread=1)
+    nq, nv = model.nq, model.nv
+    X0 = np.tile(np.concatenate([model.qpos0, np.zeros(nv + model.na)]), (5, 1))
+    dX = rng.normal(scale=0.3, size=(5, dyn.ndx))
+    X1 = dyn.state_integrate(X0, dX)
+    D = dyn.state_difference(X0, X1)
+    for i in range(5):
+        q = X0[i, :nq].copy()
+        mujoco.mj_integratePos(model, q, dX[i, :nv], 1.0)
+        np.testing.assert_array_equal(X1[i, :nq], q)
+        dq = np.empty(nv)
+        mujoco.mj_differentiatePos(model, dq, 1.0, X0[i, :nq], X1[i, :nq])
+        np.testing.assert_array_equal(D[i, :nv], dq)
+    np.testing.assert_array_equal(D[:, nv:], X1[:, nq:] - X0[:, nq:])
+    np.testing.assert_array_equal(dyn.state_difference(X0[0], X1[0]), D[0])   # single rows
 
 
 def test_divergent_rollout_is_reported_not_raised():

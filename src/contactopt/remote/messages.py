@@ -247,9 +247,7 @@ class RemoteTrajectoryPolicy(Policy):
         self.U, self.X, self.K = U, X, K
         self.nu = layout.nu
         self.lower, self.upper = lower, upper
-        self._dX = None
-        if K is not None:
-            self._dX = np.stack([self._diff(X[i], X[i + 1]) for i in range(U.shape[0])])
+        self._dX: dict[int, np.ndarray] = {}  # X[i+1] ⊖ X[i], computed on first use
 
     @property
     def horizon_time(self) -> float:
@@ -284,7 +282,10 @@ class RemoteTrajectoryPolicy(Policy):
         if self.K is not None and x is not None:
             dx = self._diff(self.X[i], np.asarray(x, dtype=float))
             if w:
-                dx -= w * self._dX[i]
+                step = self._dX.get(i)
+                if step is None:
+                    step = self._dX[i] = self._diff(self.X[i], self.X[i + 1])
+                dx -= w * step
             u = u + self.K[i] @ dx
         return np.clip(u, self.lower, self.upper)
 
