@@ -945,3 +945,32 @@ def test_compiled_rollout_clamps_like_numpy_signed_zeros_and_nan(monkeypatch):
     np.testing.assert_array_equal(out[0], out[1])
     np.testing.assert_array_equal(np.signbit(out[0]), np.signbit(out[1]))
     np.testing.assert_array_equal(np.signbit(out[1]), np.signbit(np.minimum(np.maximum(U, lo), hi)))
+
+
+def test_derivative_hint_with_the_true_jacobians_gives_the_full_solve(rng):
+    """Rows taken from an exact hint make the first linearization (and so the whole solve) the
+    same as differentiating every step; only the hinted rows are differentiated."""
+    model = load_model("hopper", timestep=0.01)
+    cost = TrajectoryCost(StageCost(model, [CostTerm(Qvel(model, [0.5], dofs=[0]), Quadratic(), 1.0),
+                                            CostTerm(Control(model), Quadratic(), 0.1)]))
+    dyn = MujocoDynamics(model, nthread=2)
+    x0 = np.concatenate([model.key("home").qpos, np.zeros(model.nv)])
+    U0 = rng.uniform(-0.3, 0.3, size=(30, model.nu))
+    X0 = dyn.rollout(x0, U0).X
+    A, B = dyn.derivatives(X0, U0)
+    rows = np.arange(0, 30, 3)
+    only = dyn.derivatives(X0, U0, rows=rows)
+    np.testing.assert_array_equal(only[0][rows], A[rows])
+    assert not only[0][np.setdiff1d(np.arange(30), rows)].any()    # the others left zero
+    solver = ILQG(dyn, cost)
+    full = solver.solve(x0, U0, max_iterations=3)
+    hinted = solver.solve(x0, U0, max_iterations=3, derivative_hint=(A, B, rows))
+    np.testing.assert_array_equal(full.U, hinted.U)
+    assert full.cost == hinted.cost and full.fresh_rows.all() and hinted.fresh_rows.all()
+    one = solver.solve(x0, U0, max_iterations=1, derivative_hint=(A, B, rows))
+    assert np.array_equal(np.nonzero(one.fresh_rows)[0], rows)
+    with pytest.raises(ParameterError, match="rows"):
+        solver.solve(x0, U0, max_iterations=1, derivative_hint=(A, B, [0, 30]))
+    with pytest.raises(ShapeError):
+        solver.solve(x0, U0, max_iterations=1, derivative_hint=(A[:5], B, rows))
+    dyn.close()

@@ -386,3 +386,74 @@ def test_perturb_model():
         perturb_model(m, mass_scale=0.0)
     with pytest.raises(ParameterError, match="timestep"):
         perturb_model(m, timestep=-1.0)
+
+
+def _hopper_planner(refresh, horizon=40):
+    import contactopt.tasks.hopper_hop as hh
+    from contactopt.tasks.mpc_task import build_ilqg_planner
+
+    return build_ilqg_planner(hh.HOPPER_HOP, horizon=horizon, lag_compensation=None, nthread=2,
+                              derivative_refresh=refresh)
+
+
+def test_derivative_refresh_differentiates_a_fraction_and_reuses_jacobians_at_the_same_time():
+    """ρ = 0.5: each update differentiates ⌈T/2⌉ steps (the uncovered tail first), the other rows
+    are the previous update's Jacobians shifted to the same absolute time, and no Jacobian is
+    older than the class docstring's bound ⌈(T − s)/(⌈ρT⌉ − s)⌉ − 1 updates (shifts s ≤ 3: 2)."""
+    import contactopt.tasks.hopper_hop as hh
+
+    T = 40
+    planner = _hopper_planner(0.5, T)
+    plant = hh.HOPPER_HOP.plant_model()
+    d = mujoco.MjData(plant)
+    hh.HOPPER_HOP.initial_state(plant, d, np.random.default_rng(7))
+    x = lambda: np.concatenate([d.qpos, d.qvel])  # noqa: E731
+    t = 0.0
+    planner.reset(t, x())
+    assert planner.result.fresh_rows.all()                  # a fresh plan differentiates every step
+    calls = []
+    real = planner.dynamics.derivatives_async
+
+    def spy(X, U, **kw):
+        calls.append(kw.get("rows"))
+        return real(X, U, **kw)
+
+    planner.dynamics.derivatives_async = spy
+    h = planner.h
+    for k in range(12):
+        prev, prev_births = planner.result, planner._row_births.copy()
+        steps = 1 + k % 3                                   # shifts of 1, 2, 3 knots
+        for _ in range(int(round(steps * h / plant.opt.timestep))):
+            d.ctrl[:] = planner.policy.control(t, x())
+            mujoco.mj_step(plant, d)
+            t += plant.opt.timestep
+        upd = planner.update(t, x())
+        assert upd.policy is not None
+        res = planner.result
+        rows = calls[-1]
+        assert rows is not None and len(rows) == math.ceil(T / 2)
+        assert set(range(T - steps, T)) <= set(rows.tolist())   # steps the previous plan lacked
+        fresh = res.fresh_rows
+        assert np.array_equal(np.nonzero(fresh)[0], rows)
+        src = np.arange(T) + steps
+        reused = ~fresh
+        np.testing.assert_array_equal(res.A[reused], prev.A[src[reused]])
+        np.testing.assert_array_equal(res.B[reused], prev.B[src[reused]])
+        births = planner._row_births
+        assert np.all(births[fresh] == planner._update_count)
+        np.testing.assert_array_equal(births[reused], prev_births[src[reused]])
+        if k >= 2:
+            assert planner._update_count - births.min() <= math.ceil((T - 3) / (T // 2 - 3)) - 1
+    planner.close()
+
+
+def test_derivative_refresh_one_is_the_plain_planner_and_bad_fractions_are_refused():
+    import contactopt.tasks.hopper_hop as hh
+    from contactopt.tasks.mpc_task import run_ilqg_task
+
+    a, _ = run_ilqg_task(hh.HOPPER_HOP, seconds=0.2, seed=3, lag=0.01, derivative_refresh=1.0)
+    b, _ = run_ilqg_task(hh.HOPPER_HOP, seconds=0.2, seed=3, lag=0.01)
+    assert np.array_equal(a.qpos, b.qpos)
+    for bad in (0, -0.5, 1.5, float("nan"), True, "half"):
+        with pytest.raises(ParameterError, match="derivative_refresh"):
+            _hopper_planner(bad)

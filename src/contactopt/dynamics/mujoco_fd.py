@@ -305,22 +305,25 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
             d.time = 0.0
             mujoco.mjd_transitionFD(m, d, self.eps, self.centered, A[i], B[i], None, None)
 
-    def derivatives(self, X, U, *, nthread: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def derivatives(self, X, U, *, nthread: int | None = None, rows=None) -> tuple[np.ndarray, np.ndarray]:
         """Transition Jacobians along a trajectory.
 
         Args:
           X: ``(T+1, nx)`` or ``(T, nx)`` states (row ``T`` is ignored).
           U: ``(T, nu)`` controls.
           nthread: override of the thread count for this call (1 = serial).
+          rows: optional step indices to differentiate (the others are left zero for the caller
+            to fill, e.g. from a previous plan: :class:`~contactopt.mpc.ILQGPlanner`'s
+            ``derivative_refresh``); the stride does not apply then.
 
         Returns:
           ``A (T, ndx, ndx)``, ``B (T, ndx, nu)``; with a stride ``k > 1`` the rows
           between differentiated steps ``a < i < b`` are
           ``(1 − w) A_a + w A_b`` with ``w = (i − a)/(b − a)`` (same for ``B``).
         """
-        return self._derivatives(X, U, nthread, background=False)()
+        return self._derivatives(X, U, nthread, background=False, rows=rows)()
 
-    def derivatives_async(self, X, U, *, nthread: int | None = None):
+    def derivatives_async(self, X, U, *, nthread: int | None = None, rows=None):
         """Start :meth:`derivatives` and return at once, so that the caller can work meanwhile.
 
         With the compiled loops and ``nthread ≥ 2`` the finite differences run on the worker
@@ -331,9 +334,9 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
           A function of no arguments that waits for and returns ``(A, B)``; it must be called
           (also when the result is not needed) before this object is used again.
         """
-        return self._derivatives(X, U, nthread, background=True)
+        return self._derivatives(X, U, nthread, background=True, rows=rows)
 
-    def _derivatives(self, X, U, nthread, background: bool):
+    def _derivatives(self, X, U, nthread, background: bool, rows=None):
         if self._pending:                 # a background computation whose result was not collected
             pending, self._pending = self._pending, None
             for f in pending:
@@ -341,7 +344,14 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
         X, U, T = self._derivative_inputs(X, U)
         A = np.zeros((T, self.ndx, self.ndx))
         B = np.zeros((T, self.ndx, self.nu))
-        idx = self.derivative_indices(T)
+        if rows is None:
+            idx = self.derivative_indices(T)
+        else:
+            idx = np.unique(np.asarray(rows, dtype=np.intp))
+            if idx.size and (idx[0] < 0 or idx[-1] >= T):
+                raise ParameterError(f"derivative rows must lie in [0, {T}), got {idx[0]}..{idx[-1]}")
+        if idx.size == 0:
+            return lambda: (A, B)
         nth = self.nthread if nthread is None else int(nthread)
         nth = max(1, min(nth, len(idx)))
         while len(self._thread_data) < nth:
@@ -361,7 +371,7 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
                 self._fd_worker(j, indices, X, U, A, B)
 
         def interpolate():
-            if self.derivative_stride > 1:
+            if self.derivative_stride > 1 and rows is None:
                 interpolate_skipped(A, B, idx)
             return A, B
 

@@ -87,7 +87,8 @@ def build_ilqg(task, plant, options, weights, *, textbook: bool = False):
                               lag_compensation=None if lag == "off" else lag,
                               lag_prediction=options["lag_prediction"], lag_substeps=options["lag_substeps"],
                               samples=options["samples"],
-                              sample_scale=options["sample_scale"])
+                              sample_scale=options["sample_scale"],
+                              derivative_refresh=options["derivative_refresh"])
     except Exception:
         dyn.close()
         raise
@@ -121,6 +122,8 @@ _ILQG_OPTIONS = _COMMON + (
            "(the paper's planner: 0.4)"),
     Option("contact_beta", float, 0.01, "smooth dynamics: β of smax [m/s]"),
     Option("derivative_stride", int, 1, "differentiate every k-th step, interpolate between"),
+    Option("derivative_refresh", float, 1.0, "fraction of the steps an update differentiates; the others "
+           "reuse the previous update's Jacobians at the same time (oldest refreshed first)"),
     Option("mu_init", float, None, "initial regularization μ"),
     Option("mu_min", float, None, "smallest regularization μ of the schedule"),
     Option("mu_max", float, None, "μ beyond which a solve gives up"),

@@ -70,13 +70,24 @@ class ILQGPlanner(LagCompensation):
         ``sample_knots`` knots over the horizon, linearly interpolated, with standard
         deviation ``sample_scale`` × each control's range (× 2 for an unlimited control),
         clipped to the limits; :meth:`seed` seeds them.
+      derivative_refresh: fraction ``ρ ∈ (0, 1]`` of the horizon's steps whose dynamics Jacobians
+        an update differentiates (1, the default: all).  Below 1 the others are reused from the
+        previous update at the same absolute time (row ``i + round(shift)`` of its ``A``, ``B``),
+        choosing for recomputation first the ``s`` steps the previous plan did not cover (``s``
+        the shift in knots), then the oldest Jacobians (earlier steps first among equals), so
+        that no Jacobian is more than ``⌈(T − s)/(⌈ρT⌉ − s)⌉ − 1`` updates old (ρ = 0.5 and
+        ``s`` small against ``T``: one update).  ``ρ = 0.5`` halves the finite differences; unlike
+        a ``derivative_stride`` (interpolation between differentiated steps, which blends the
+        flight and stance Jacobians of a contact step) every row is a true Jacobian of a recent
+        trajectory.  Iterations after an update's first one differentiate every step.
     """
 
     def __init__(self, dynamics, cost, horizon: int, *, settings: ILQGSettings | None = None,
                  iterations_per_update: int = 1, initial_iterations: int = 30, nominal_control=None,
                  control_lower=None, control_upper=None, lag_compensation=None,
                  lag_prediction: str = "feedback", lag_substeps: int = 1, samples: int = 0,
-                 sample_scale: float = 0.5, sample_knots: int = 4, align_to_knots: bool = True):
+                 sample_scale: float = 0.5, sample_knots: int = 4, align_to_knots: bool = True,
+                 derivative_refresh: float = 1.0):
         for name, v in (("horizon", horizon), ("iterations_per_update", iterations_per_update),
                         ("initial_iterations", initial_iterations)):
             if isinstance(v, bool) or int(v) != v or v < 1:
@@ -107,6 +118,12 @@ class ILQGPlanner(LagCompensation):
         if not (isinstance(sample_scale, (int, float)) and math.isfinite(sample_scale) and sample_scale > 0):
             raise ParameterError(f"sample_scale must be a positive number, got {sample_scale!r}")
         self.samples, self.sample_scale, self.sample_knots = int(samples), float(sample_scale), int(sample_knots)
+        if (isinstance(derivative_refresh, bool) or not isinstance(derivative_refresh, (int, float))
+                or not (0 < derivative_refresh <= 1)):
+            raise ParameterError(f"derivative_refresh must be a fraction in (0, 1], got {derivative_refresh!r}")
+        self.derivative_refresh = float(derivative_refresh)
+        self._update_count = 0
+        self._row_births: np.ndarray | None = None  # update at which each row of result.A was differentiated
         self.seed(0)
 
     def seed(self, seed: int) -> None:
@@ -178,13 +195,46 @@ class ILQGPlanner(LagCompensation):
         return TrajectoryPolicy(self.model, t, self.h, res.U, res.X, res.K,
                                 self.solver.control_lower, self.solver.control_upper)
 
-    def _finish(self, t, res: ILQGResult, wall: float) -> PlannerUpdate:
+    def _derivative_hint(self, shift: float):
+        """``(A, B, rows)`` for :meth:`ILQG.solve`'s ``derivative_hint`` (``derivative_refresh``
+        in the class docstring) and the births of the reused rows, or ``(None, None)``."""
+        prev = self.result
+        if self.derivative_refresh >= 1.0 or prev is None or prev.A is None or self._row_births is None:
+            return None, None
+        T = self.horizon
+        src = np.arange(T) + int(round(shift))
+        covered = src < T
+        A = np.zeros_like(prev.A)
+        B = np.zeros_like(prev.B)
+        A[covered] = prev.A[src[covered]]
+        B[covered] = prev.B[src[covered]]
+        births = np.full(T, -1, dtype=np.int64)
+        births[covered] = self._row_births[src[covered]]
+        budget = max(1, math.ceil(self.derivative_refresh * T))
+        must = np.nonzero(~covered)[0]
+        oldest_first = np.lexsort((np.arange(T), births))   # births ascending, then time
+        optional = oldest_first[covered[oldest_first]]
+        rows = np.concatenate([must, optional[:max(0, budget - must.size)]])
+        return (A, B, np.sort(rows)), births
+
+    def _record_births(self, res: ILQGResult, births) -> None:
+        """Remember when each row of ``res.A`` was differentiated (``derivative_refresh``)."""
+        self._update_count += 1
+        if res.A is None:
+            self._row_births = None
+            return
+        fresh = np.ones(res.A.shape[0], dtype=bool) if res.fresh_rows is None else res.fresh_rows
+        now = np.full(res.A.shape[0], self._update_count, dtype=np.int64)
+        self._row_births = now if births is None else np.where(fresh, now, births)
+
+    def _finish(self, t, res: ILQGResult, wall: float, births=None) -> PlannerUpdate:
         timing = res.timing()
         breakdown = {k: timing[k] for k in BREAKDOWN_KEYS}
         if not res.ok or not (np.isfinite(res.U).all() and np.isfinite(res.K).all()):
             return PlannerUpdate(None, float(res.cost), res.iterations, wall, breakdown,
                                  f"iLQG {res.status.name}")
         self.result, self.t_plan = res, t
+        self._record_births(res, births)
         self.policy = self._policy(t, res)
         return PlannerUpdate(self.policy, float(res.cost), res.iterations, wall, breakdown,
                              res.status.name)
@@ -217,13 +267,17 @@ class ILQGPlanner(LagCompensation):
         shift = max(0.0, (t - self.t_plan) / self.h)
         self._schedule_cost(t, x)
         try:
+            hint, births = self._derivative_hint(shift)
             res = self.solver.solve_from_warm_start(x, self.result, shift=shift,
-                                                    max_iterations=self.iterations_per_update)
+                                                    max_iterations=self.iterations_per_update,
+                                                    derivative_hint=hint)
             if self.samples and res.ok:
-                res = self._sample(res)
+                sampled = self._sample(res)
+                if sampled is not res:
+                    res, births = sampled, None
         except (ContactoptError, FloatingPointError) as exc:
             self.last_compute_time = time.perf_counter() - start
             return PlannerUpdate(None, compute_time=self.last_compute_time, message=str(exc))
-        upd = self._finish(t, res, time.perf_counter() - start)
+        upd = self._finish(t, res, time.perf_counter() - start, births)
         self.last_compute_time = upd.compute_time
         return upd

@@ -119,7 +119,7 @@ def _planner_model_at(task: MPCTask, timestep: float) -> mujoco.MjModel:
 #: the keys of ``MPCTask.ilqg`` (and of ``run_ilqg_task`` planner overrides)
 _ILQG_KEYS = frozenset({"horizon", "settings", "iterations_per_update", "initial_iterations",
                         "derivative_stride", "nominal_control", "lag_compensation", "lag_prediction",
-                        "lag_substeps"})
+                        "lag_substeps", "derivative_refresh"})
 
 
 def build_ilqg_planner(task: MPCTask, planner_model=None, *, nthread: int | None = None, textbook: bool = False,
@@ -147,7 +147,8 @@ def build_ilqg_planner(task: MPCTask, planner_model=None, *, nthread: int | None
                        nominal_control=opts.get("nominal_control"),
                        lag_compensation=opts.get("lag_compensation"),
                        lag_prediction=opts.get("lag_prediction", "feedback"),
-                       lag_substeps=opts.get("lag_substeps", 1))
+                       lag_substeps=opts.get("lag_substeps", 1),
+                       derivative_refresh=opts.get("derivative_refresh", 1.0))
 
 
 def run_ilqg_task(task: MPCTask, *, seconds: float | None = None, seed: int = 0, mode: str = "sync",

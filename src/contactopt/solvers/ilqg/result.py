@@ -91,6 +91,10 @@ class ILQGResult:
       initial_cost: cost of the initial rollout.
       solve_time: wall-clock seconds of the solve.
       x0: ``(nx,)`` the initial state the plan starts from.
+      A, B: ``(T, ndx, ndx)``, ``(T, ndx, nu)`` the dynamics Jacobians of the last backward pass
+        (around the trajectory before its last accepted step), or None (no backward pass).
+      fresh_rows: ``(T,)`` bool, which rows of ``A``/``B`` this solve differentiated (the rest
+        came from ``derivative_hint``); None when ``A`` is None.
     """
 
     X: np.ndarray
@@ -106,6 +110,9 @@ class ILQGResult:
     initial_cost: float
     solve_time: float
     x0: np.ndarray = field(repr=False, default=None)
+    A: np.ndarray | None = field(repr=False, default=None)
+    B: np.ndarray | None = field(repr=False, default=None)
+    fresh_rows: np.ndarray | None = field(repr=False, default=None)
 
     @property
     def converged(self) -> bool:

@@ -85,6 +85,7 @@ Example (acrobot, 1 s to a bent equilibrium)::
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
 from dataclasses import dataclass, replace
@@ -146,6 +147,7 @@ class _Linearization:
     """
 
     def __init__(self, A, B, cd: CostDerivatives, need_FtF: bool):
+        self.fresh = None   # (T,) bool: rows differentiated now (the rest from a derivative hint)
         T, n, m = B.shape
         self.T, self.n, self.m = T, n, m
         F = np.empty((T, n, n + m))
@@ -376,7 +378,8 @@ class ILQG:
     # ------------------------------------------------------------------ public API
 
     def solve(self, x0, U_init, *, X_ref=None, K=None, mu: float | None = None,
-              delta: float | None = None, max_iterations: int | None = None) -> ILQGResult:
+              delta: float | None = None, max_iterations: int | None = None,
+              derivative_hint=None) -> ILQGResult:
         """Optimize the controls of a trajectory starting at ``x0``.
 
         Args:
@@ -386,6 +389,11 @@ class ILQG:
             ``u_i = U_init[i] + K[i] (x_i ⊖ X_ref[i])`` (``(T+1, nx)``, ``(T, nu, ndx)``).
           mu, delta: initial regularization state (default ``settings.mu_init``, 1).
           max_iterations: override of ``settings.max_iterations`` for this call.
+          derivative_hint: optional ``(A (T, ndx, ndx), B (T, ndx, nu), rows)``: the first
+            linearization differentiates only the steps ``rows`` and takes the other rows of
+            ``A``, ``B`` from the hint (e.g. a previous MPC plan's Jacobians at the same times:
+            :class:`~contactopt.mpc.ILQGPlanner`'s ``derivative_refresh``); later iterations
+            differentiate every step.  Ignored by dynamics whose ``derivatives`` take no ``rows``.
 
         Returns:
           :class:`ILQGResult`.
@@ -431,12 +439,21 @@ class ILQG:
         # give J (one cost pass fewer per solve, the same numbers).
         # Dynamics that can differentiate in the background (MujocoDynamics.derivatives_async)
         # start on that meanwhile.
+        hint_rows, hint_A, hint_B = None, None, None
+        if derivative_hint is not None and _takes_rows(dyn):
+            hint_A, hint_B, hint_rows = derivative_hint
+            hint_A = as_array("derivative_hint A", hint_A, (T, self.ndx, self.ndx))
+            hint_B = as_array("derivative_hint B", hint_B, (T, self.ndx, self.nu))
+            hint_rows = np.unique(np.asarray(hint_rows, dtype=np.intp))
+            if hint_rows.size and (hint_rows[0] < 0 or hint_rows[-1] >= T):
+                raise ParameterError(f"derivative_hint rows must lie in [0, {T})")
+        fd_kwargs = {} if hint_rows is None else {"rows": hint_rows}
         cd_first, t_cd_first, fd_first = None, 0.0, None
         if getattr(cost, "total_is_evaluate_sum", False):
             t0 = time.perf_counter()
             start_fd = getattr(dyn, "derivatives_async", None)
             if start_fd is not None:
-                fd_first = start_fd(X, U)
+                fd_first = start_fd(X, U, **fd_kwargs)
             try:
                 cd_first = cost.evaluate(X, U)
                 J = self._checked_total(float(cd_first.l.sum()))
@@ -469,13 +486,20 @@ class ILQG:
             if need_derivatives:
                 if cd_first is not None:     # evaluated (and the dynamics started) before the loop
                     t0 -= t_cd_first
-                    A, B = fd_first() if fd_first is not None else dyn.derivatives(X, U)
+                    A, B = fd_first() if fd_first is not None else dyn.derivatives(X, U, **fd_kwargs)
                     t_dyn = time.perf_counter() - t0
                     cd, cd_first, fd_first = cd_first, None, None
                 else:
-                    A, B = dyn.derivatives(X, U)
+                    A, B = dyn.derivatives(X, U, **fd_kwargs)
                     t_dyn = time.perf_counter() - t0
                     cd = cost.evaluate(X, U)
+                fresh = np.ones(T, dtype=bool)
+                if hint_rows is not None:    # the first linearization: the other rows from the hint
+                    fresh[:] = False
+                    fresh[hint_rows] = True
+                    A[~fresh] = hint_A[~fresh]
+                    B[~fresh] = hint_B[~fresh]
+                    hint_rows, fd_kwargs = None, {}
                 if not (np.isfinite(A).all() and np.isfinite(B).all()):
                     status = ILQGStatus.DIVERGED
                     break
@@ -483,6 +507,7 @@ class ILQG:
                     status = ILQGStatus.DIVERGED
                     break
                 lin = _Linearization(A, B, cd, s.regularization is Regularization.STATE)
+                lin.fresh = fresh
                 need_derivatives = False
             t_der = time.perf_counter() - t0
             # ---- 2. backward pass with μ restarts
@@ -558,11 +583,15 @@ class ILQG:
                     break
         if fd_first is not None:            # started but not used (time limit at the first iteration)
             fd_first()
+        n = self.ndx
+        lin_A, lin_B, lin_fresh = ((None, None, None) if lin is None
+                                   else (lin.F[:, :, :n], lin.F[:, :, n:], lin.fresh))
         return ILQGResult(X, U, K_last, k_last, J, status, len(logs), tuple(logs), mu, delta, J_init,
-                          time.perf_counter() - t_start, x0)
+                          time.perf_counter() - t_start, x0, lin_A, lin_B, lin_fresh)
 
     def solve_from_warm_start(self, x0, previous: ILQGResult, *, shift: float = 1.0,
-                              feedback: bool = True, max_iterations: int | None = None) -> ILQGResult:
+                              feedback: bool = True, max_iterations: int | None = None,
+                              derivative_hint=None) -> ILQGResult:
         """Re-plan from a new state, warm-started by a previous plan (receding horizon).
 
         The previous plan is shifted by ``shift`` steps (:func:`shift_plan`), rolled out
@@ -575,6 +604,7 @@ class ILQG:
           shift: elapsed time since ``previous`` was planned, in planner steps (≥ 0).
           feedback: use the previous gains in the initial rollout.
           max_iterations: override of ``settings.max_iterations`` (e.g. 1 per MPC step).
+          derivative_hint: see :meth:`solve` (rows already in the new plan's time frame).
 
         Returns:
           :class:`ILQGResult`.
@@ -587,7 +617,8 @@ class ILQG:
                                  shift)
         mu = previous.mu
         return self.solve(x0, U, X_ref=X_ref if feedback else None, K=K, mu=mu,
-                          delta=previous.delta, max_iterations=max_iterations)
+                          delta=previous.delta, max_iterations=max_iterations,
+                          derivative_hint=derivative_hint)
 
     # ------------------------------------------------------------------ helpers
 
@@ -599,6 +630,14 @@ class ILQG:
         if math.isnan(J):
             raise NonFiniteError("cost is NaN on a finite trajectory; check the cost terms")
         return J
+
+
+def _takes_rows(dynamics) -> bool:
+    """Whether ``dynamics.derivatives`` accepts ``rows=`` (differentiate a subset of steps)."""
+    try:
+        return "rows" in inspect.signature(dynamics.derivatives).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _finite_derivatives(cd: CostDerivatives) -> bool:
