@@ -12,6 +12,7 @@ from contactopt.dynamics import MujocoDynamics
 from contactopt.errors import ParameterError
 from contactopt.model import load_model
 from contactopt.mpc import ILQGPlanner, MPCSettings, PlannerUpdate, run_mpc
+from contactopt.mpc.lag import AUTO_LAG_WINDOW
 
 H = 0.01  # planner step = plant step: the planner model is the plant (a perfect model)
 
@@ -180,6 +181,16 @@ def test_fractional_lag_and_settings(model):
         planner.set_lag_compensation("auto")
         planner.observe_lag(0.04)
         assert planner.prediction_lag() == 0.04
+        # "auto": the shortest lag of the last AUTO_LAG_WINDOW updates (never overshoot)
+        for lag in (0.06, 0.03, 0.05):
+            planner.observe_lag(lag)
+        assert planner.prediction_lag() == 0.03 and planner.observed_lag == 0.05
+        planner.observe_lag(float("nan"))                     # ignored
+        for _ in range(AUTO_LAG_WINDOW - 2):                 # with the 0.05 above: window − 1 after it
+            planner.observe_lag(0.05)
+        assert planner.prediction_lag() == 0.03               # still inside the window
+        planner.observe_lag(0.05)
+        assert planner.prediction_lag() == 0.05               # the short one has left it
         for bad in (-0.01, "fixed", float("nan"), True):
             with pytest.raises(ParameterError):
                 planner.set_lag_compensation(bad)

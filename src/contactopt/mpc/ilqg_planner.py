@@ -36,9 +36,11 @@ class ILQGPlanner(LagCompensation):
     ``h / lag_substeps``; ``lag_prediction="feedforward"``: its open-loop part only), then
     plans from that predicted state and time: the returned policy starts at ``t + L_pred``
     (it is indexed by absolute time, so the plant applies the right part of it whenever it
-    takes effect).  ``L_pred`` is a fixed number of seconds, or ``"auto"``: the lag the
-    runner last reported through :meth:`observe_lag` (the previous update's measured lag),
-    else the previous update's wall time.  With ``align_to_knots`` (the default) the
+    takes effect).  ``L_pred`` is a fixed number of seconds, or ``"auto"``: the shortest lag the
+    runner reported through :meth:`observe_lag` over the last
+    :data:`~contactopt.mpc.lag.AUTO_LAG_WINDOW` updates, else the previous update's wall time
+    (the shortest, because a policy that takes effect after its start is applied from the right
+    knot, and one that takes effect before it is not: :mod:`contactopt.mpc.lag`).  With ``align_to_knots`` (the default) the
     prediction runs on to the previous plan's first knot at or after ``t + L_pred``, so the
     new plan starts on the old plan's time grid and the warm start shifts it by a whole
     number of steps: a fractional shift blends neighbouring controls (linear interpolation),
