@@ -3,6 +3,7 @@ brute-force reference, control limits, both regularization variants, acrobot swi
 derivatives against our own central differences, threads, warm starts and bad input."""
 
 import itertools
+import math
 
 import mujoco
 import numpy as np
@@ -532,6 +533,26 @@ def test_warm_start_after_convergence_is_nearly_optimal_after_one_iteration():
     assert cold_one.cost > 2 * cold.cost
     # the warm start continued from the previous regularization state
     assert warm.log[0].mu == first.mu
+
+
+def test_warm_start_after_a_solve_that_gave_up_restarts_the_regularization():
+    """A solve that ended with μ beyond μ_max (or an overflowed schedule) does not hand its μ,
+    Δ on: the next warm start begins at ``mu_init`` and Δ = 1 and improves the plan (before, a
+    streak of failed MPC updates overflowed μ to inf and every later warm start was refused)."""
+    import dataclasses
+
+    model, cost, x0, T, _ = acrobot_reach_problem()
+    dyn = MujocoDynamics(model, nthread=1)
+    settings = ILQGSettings(mu_init=1e-3)
+    solver = ILQG(dyn, cost, settings)
+    first = solver.solve(x0, np.zeros((T, 1)), max_iterations=2)
+    for mu, delta in ((math.inf, 1e300), (1e12, 4.0), (1e3, math.inf)):
+        gave_up = dataclasses.replace(first, mu=mu, delta=delta, status=ILQGStatus.LINE_SEARCH_FAILED)
+        warm = solver.solve_from_warm_start(first.X[1], gave_up, shift=1, max_iterations=1)
+        assert warm.ok and warm.log[0].mu == pytest.approx(1e-3, rel=0, abs=1e-3)
+        assert warm.log[0].accepted and math.isfinite(warm.mu) and math.isfinite(warm.delta)
+    kept = solver.solve_from_warm_start(first.X[1], first, shift=1, max_iterations=1)
+    assert kept.log[0].mu == first.mu                      # an ordinary plan keeps its μ
 
 
 @pytest.mark.slow

@@ -596,7 +596,9 @@ class ILQG:
 
         The previous plan is shifted by ``shift`` steps (:func:`shift_plan`), rolled out
         from ``x0`` — under its feedback gains when ``feedback`` (``u_i = U_i + K_i (x_i ⊖
-        X_i)``), open loop otherwise — and optimized starting from the previous μ and Δ.
+        X_i)``), open loop otherwise — and optimized starting from the previous μ and Δ (from
+        ``settings.mu_init`` and Δ = 1 again when the previous solve gave up with μ beyond
+        ``mu_max``).
 
         Args:
           x0: ``(nx,)`` current state.
@@ -615,9 +617,14 @@ class ILQG:
             raise ParameterError("previous plan DIVERGED; start a fresh solve instead of warm-starting")
         X_ref, U, K = shift_plan(self.dynamics, previous.X, previous.U, previous.K if feedback else None,
                                  shift)
-        mu = previous.mu
+        mu, delta = previous.mu, previous.delta
+        if not (math.isfinite(mu) and mu <= self.settings.mu_max and math.isfinite(delta) and delta > 0):
+            # the previous solve gave up (μ beyond μ_max): its schedule would only grow further
+            # (Δ doubles at every increase, so μ overflowed to inf after a streak of failed MPC
+            # updates and every later warm start was refused); start the schedule again
+            mu, delta = self.settings.mu_init, 1.0
         return self.solve(x0, U, X_ref=X_ref if feedback else None, K=K, mu=mu,
-                          delta=previous.delta, max_iterations=max_iterations,
+                          delta=delta, max_iterations=max_iterations,
                           derivative_hint=derivative_hint)
 
     # ------------------------------------------------------------------ helpers
