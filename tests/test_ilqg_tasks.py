@@ -35,8 +35,9 @@ def test_tasks_registered():
 
 
 @pytest.mark.parametrize("task", TASKS, ids=TASK_IDS)
-def test_plant_faster_than_planner(task):
-    assert task.plant_model().opt.timestep < task.planner_model().opt.timestep
+def test_plant_step_no_longer_than_the_planners(task):
+    """The plant steps at least as finely as the planner (hopper-hop: both 5 ms)."""
+    assert task.plant_model().opt.timestep <= task.planner_model().opt.timestep
 
 
 @pytest.mark.parametrize("task", TASKS, ids=TASK_IDS)
@@ -162,15 +163,15 @@ def test_acrobot_swings_up_closed_loop_on_a_seed_range():
 @pytest.mark.slow
 def test_hopper_hops_forward_on_a_seed_range_with_lag_compensation():
     """Hops past 1.5 m with a fixed 10 ms policy lag (the task's lag compensation on) on at
-    least 5 of seeds 8-15, none of them picked; every success without a fall before it.
-    (Tuning seeds 3000-3063 at this lag: 55/64, 86 %: docs/experiments/hopper-hop-ilqg.md; at that
-    rate 4 or fewer of 8 come about 2 % of the time.)"""
+    least 7 of seeds 8-15, none of them picked; every success without a fall before it.
+    (Tuning seeds 3000-3063 at this lag: 64/64: docs/experiments/hopper-hop-ilqg.md; at a rate
+    of 97 % 6 or fewer of 8 come about 2 % of the time.)"""
     assert HOPPER_HOP.ilqg["lag_compensation"] == "auto"
     outcomes = []
     for seed in range(8, 16):
         result, _ = run_ilqg_task(HOPPER_HOP, seed=seed, mode="sync", lag=0.01, stop_on_success=True)
         outcomes.append(bool(result.success) and result.time_of_failure is None)
-    assert sum(outcomes) >= 5, outcomes
+    assert sum(outcomes) >= 7, outcomes
 
 
 @pytest.mark.slow

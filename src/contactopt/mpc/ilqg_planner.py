@@ -40,10 +40,10 @@ class ILQGPlanner(LagCompensation):
     runner reported through :meth:`observe_lag` over the last
     :data:`~contactopt.mpc.lag.AUTO_LAG_WINDOW` updates, else the previous update's wall time
     (the shortest, because a policy that takes effect after its start is applied from the right
-    knot, and one that takes effect before it is not: :mod:`contactopt.mpc.lag`).  With ``align_to_knots`` (the default) the
-    prediction runs on to the previous plan's first knot at or after ``t + L_pred``, so the
-    new plan starts on the old plan's time grid and the warm start shifts it by a whole
-    number of steps: a fractional shift blends neighbouring controls (linear interpolation),
+    knot, and one that takes effect before it is not: :mod:`contactopt.mpc.lag`).  With
+    ``align_to_knots`` (the default) the prediction runs on to the previous plan's first knot
+    at or after ``t + L_pred``, so the new plan starts on the old plan's time grid and the
+    warm start shifts it by a whole number of steps: a fractional shift blends neighbouring controls (linear interpolation),
     and repeated every update that blending smears the plan's impulses (replanning every 5 ms
     on 10 ms steps, the hopper shuffled at 0.1 m/s instead of hopping at 0.4 m/s).  If the
     prediction diverges the update plans from the measured state.

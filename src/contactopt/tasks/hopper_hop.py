@@ -1,12 +1,13 @@
 """``hopper-hop`` (iLQG, ``--planner ilqg``): the point-foot hopper hops forward.
 
-An :class:`~contactopt.tasks.mpc_task.MPCTask`: plant 5 ms, planner 10 ms, both with the soft
-contact ``solref (0.02, 1)``, ``solimp (0, 0.95, 0.02, 0.5, 2)``; horizon 0.8 s (80 steps),
+An :class:`~contactopt.tasks.mpc_task.MPCTask`: plant 5 ms, planner 5 ms, both with the soft
+contact ``solref (0.02, 1)``, ``solimp (0, 0.95, 0.02, 0.5, 2)``; horizon 0.8 s (160 steps),
 1 iteration per update, derivatives at every step, lag compensation ``"auto"``
 (:class:`~contactopt.mpc.ILQGPlanner`: each update plans from the state predicted at
-``t + lag`` under the policy in force).  Running cost::
+``t + lag`` under the policy in force, the lag being the shortest of the last few updates').
+Running cost::
 
-    2 · smoothabs_0.2(ẋ_torso − 0.4)  +  10 · smoothabs_0.1(z_torso − 1.2)
+    2 · smoothabs_0.2(ẋ_torso − 0.5)  +  10 · smoothabs_0.1(z_torso − 1.2)
     + 3 · smoothabs_0.2(pitch)  +  3 · cosh_0.5(u)  +  0.03 · ½‖v‖²
     + 10 · ½(knee − 0.5)²  +  3 · smoothabs_0.1(x_foot − x_com − 0.05)
     + 1000 · ½ min(z_torso − 0.85, 0)²  +  1000 · ½ max(|pitch| − 0.35, 0)²
@@ -30,10 +31,10 @@ from .mpc_task import MPCTask, register_ilqg_task
 __all__ = ["HOPPER_HOP"]
 
 HOP_PLANT_DT = 0.005
-HOP_PLAN_DT = 0.01
+HOP_PLAN_DT = 0.005
 HOP_SOLREF = (0.02, 1.0)
 HOP_SOLIMP = (0.0, 0.95, 0.02, 0.5, 2.0)      # force grows smoothly from 0 with penetration
-HOP_VX = 0.4
+HOP_VX = 0.5
 HOP_HEIGHT = 1.2
 HOP_HEIGHT_ALPHA = 0.1
 HOP_W = {"vx": 2.0, "height": 10.0, "pitch": 3.0, "ctrl": 3.0, "qvel": 0.03, "foot": 3.0}
@@ -141,7 +142,7 @@ HOPPER_HOP = MPCTask(
     initial_state=_hopper_initial, success=_hopper_success, failure=_hopper_fell, metric=_hopper_metric,
     metric_label="torso x [m]",
     success_hold=1.0, default_seconds=6.0,
-    ilqg={"horizon": 80,
+    ilqg={"horizon": 160,
           "settings": {"mu_init": 1e-3, "line_search_steps": (1.0, 0.5, 0.25, 0.1, 0.03)},
           "iterations_per_update": 1, "initial_iterations": 60, "derivative_stride": 1,
           "lag_compensation": "auto"},
