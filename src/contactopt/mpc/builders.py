@@ -190,7 +190,8 @@ def build_idto(task, plant, options, weights):
       scheduled at the knot times of every update: per-knot nominals on the fast path, per-knot
       targets in the general rows;
     * ``lag_compensation="auto"`` plans each update from the state predicted at the shortest
-      policy lag measured over the last few updates (:mod:`contactopt.mpc.lag`) (:class:`~contactopt.mpc.IDTOPlanner`; default off);
+      policy lag measured over the last few updates (:mod:`contactopt.mpc.lag`;
+      :class:`~contactopt.mpc.IDTOPlanner`; default off);
     * ``first_guess="reference"`` starts the first plan from those per-knot targets (default: the
       configuration held);
     * ``trust_radius`` None: the first solve's radius is its first Gauss–Newton step

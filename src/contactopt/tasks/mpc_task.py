@@ -40,8 +40,8 @@ class MPCTask:
         metric_label: its name on the plot.
       ilqg: planner defaults: ``horizon`` (steps), ``settings`` (dict of
         :class:`~contactopt.solvers.ilqg.ILQGSettings` fields), ``iterations_per_update``,
-        ``initial_iterations``, ``derivative_stride``, ``nominal_control``, and the lag
-        compensation of :class:`~contactopt.mpc.ILQGPlanner` (``lag_compensation``,
+        ``initial_iterations``, ``derivative_stride``, ``derivative_refresh``, ``nominal_control``,
+        and the lag compensation of :class:`~contactopt.mpc.ILQGPlanner` (``lag_compensation``,
         ``lag_prediction``, ``lag_substeps``).
       lag: default sync-mode lag (seconds, or ``"measured"``).
       pushes: :class:`~contactopt.mpc.Push` es applied by default, or ``(rng) -> pushes``
@@ -92,7 +92,8 @@ def as_task(task: MPCTask):
     opts = {"horizon": int(ilqg.get("horizon", 50)) * h}
     for key, name in (("iterations_per_update", "iterations"), ("initial_iterations", "initial_iterations"),
                       ("derivative_stride", "derivative_stride"), ("lag_prediction", "lag_prediction"),
-                      ("lag_substeps", "lag_substeps")):
+                      ("lag_substeps", "lag_substeps"),
+                      ("derivative_refresh", "derivative_refresh")):
         if key in ilqg:
             opts[name] = ilqg[key]
     if ilqg.get("lag_compensation") is not None:
