@@ -201,7 +201,8 @@ class ILQGPlanner(LagCompensation):
         """``(A, B, rows)`` for :meth:`ILQG.solve`'s ``derivative_hint`` (``derivative_refresh``
         in the class docstring) and the births of the reused rows, or ``(None, None)``."""
         prev = self.result
-        if self.derivative_refresh >= 1.0 or prev is None or prev.A is None or self._row_births is None:
+        if (self.derivative_refresh >= 1.0 or not self.solver.accepts_derivative_hint or prev is None
+                or prev.A is None or self._row_births is None):
             return None, None
         T = self.horizon
         src = np.arange(T) + int(round(shift))

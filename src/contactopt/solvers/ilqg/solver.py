@@ -366,6 +366,9 @@ class ILQG:
                                  f"[{dyn_lo[i]}, {dyn_hi[i]}]")
         self.control_lower, self.control_upper = lo, hi
         self.nx, self.ndx, self.nu = dynamics.nx, dynamics.ndx, dynamics.nu
+        #: whether the dynamics differentiate a subset of steps (``derivatives(..., rows=)``), which
+        #: ``derivative_hint`` needs
+        self.accepts_derivative_hint = _takes_rows(dynamics)
 
     # ------------------------------------------------------------------ μ schedule
 
@@ -440,7 +443,7 @@ class ILQG:
         # Dynamics that can differentiate in the background (MujocoDynamics.derivatives_async)
         # start on that meanwhile.
         hint_rows, hint_A, hint_B = None, None, None
-        if derivative_hint is not None and _takes_rows(dyn):
+        if derivative_hint is not None and self.accepts_derivative_hint:
             hint_A, hint_B, hint_rows = derivative_hint
             hint_A = as_array("derivative_hint A", hint_A, (T, self.ndx, self.ndx))
             hint_B = as_array("derivative_hint B", hint_B, (T, self.ndx, self.nu))
