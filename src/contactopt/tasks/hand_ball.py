@@ -1,15 +1,16 @@
 """``hand-ball`` (IDTO, ``--planner idto``, model ``hand``, paper VI-A3 / VI-D3): rotate the ball.
 
 The free 50 g ball is rotated 180° about ``HAND_BALL_AXIS`` in the Allegro-like hand.  The
-nominal trajectory is the ball turning from its measured orientation toward the target at
-``HAND_BALL_SPIN`` rad/s (re-anchored at every update) while its centre stays at the home
+nominal trajectory is the ball turning toward the target at ``HAND_BALL_SPIN`` rad/s from
+its measured orientation, led on by up to ``HAND_BALL_LEAD`` rad when the ball has fallen
+behind a schedule anchored to time (:func:`_hand_ball_nominal`), while its centre stays at the home
 position — lowered by the depth at which the planner's compliant palm carries the ball
 (:func:`~contactopt.nominal.planner_rest_offset`, 4.9 mm; at the plant's resting height the
 nominal would ask the fingers to lift the ball) — and the hand stays in its holding pose
 (keyframe ``home``).  Table I/II Allegro parameters (40 steps of 0.05 s, k = 100 N/m,
 σ = 1 mm, μ = 1, v_s = 0.1 m/s), the Lagrange-multiplier solver (the paper: "essential"),
 10 Hz MPC (policy lag 0.1 s), with four documented changes: the ball's position weight
-``HAND_BALL_POS_WEIGHT`` = 3000 running / 30000 terminal (Table II: 10 / 100; its orientation
+``HAND_BALL_POS_WEIGHT`` = 10⁴ running / 10⁵ terminal (Table II: 10 / 100; its orientation
 keeps 10 / 100), the hand's running velocity weight ``HAND_BALL_HAND_VEL_WEIGHT`` = 0.1
 (0.001), 4 solver iterations per update (the paper: 1) and ``HAND_BALL_SPIN`` = 0.5 rad/s.
 The planner's contact is restricted to pairs that involve the ball.  Reported: the ball's
@@ -31,7 +32,7 @@ import mujoco
 import numpy as np
 
 from ..nominal import free_joint, home_qpos, planner_rest_offset, pose_ramp
-from ..rotations import orientation_error, quat_from_axis_angle
+from ..rotations import orientation_error, quat_from_axis_angle, relative_rotation, rotate_toward
 from .idto_task import IDTOTask, register_idto_task
 
 __all__ = ["HAND_BALL", "hand_ball_target", "hand_ball_error_deg", "ball_in_hand"]
@@ -42,7 +43,10 @@ HAND_BALL_ANGLE = math.pi
 HAND_BALL_SPIN = 0.5  # rad/s: the nominal's largest rotation rate (180° in ≥ 6.3 s)
 #: running weight on the ball's centre position (terminal: 10×); Table II has 10 / 100 — at that
 #: weight a 1 cm drift costs as much as a 0.01 rad orientation error and the plans let the ball roll off
-HAND_BALL_POS_WEIGHT = 3e3
+HAND_BALL_POS_WEIGHT = 1e4
+#: rad: the most the nominal's start may lead the measured ball toward the target when it has
+#: fallen behind its schedule (:func:`_hand_ball_nominal`)
+HAND_BALL_LEAD = 0.5
 #: running weight on the hand's joint velocities (Table II: 0.001): slower, gentler finger motions
 HAND_BALL_HAND_VEL_WEIGHT = 0.1
 HAND_BALL_SUCCESS_DEG = 30.0
@@ -60,6 +64,18 @@ def hand_ball_target(axis=None, angle: float = HAND_BALL_ANGLE) -> np.ndarray:
 
 
 def _hand_ball_nominal(model, T, h):
+    """Nominal ``nominal(t, x) -> (q (T+1, nq), v (T+1, nv))``: the hand in its holding pose, the
+    ball at home and turning toward the target at ``HAND_BALL_SPIN`` rad/s along the shortest arc
+    (:func:`~contactopt.nominal.pose_ramp`), from an orientation *anchored to time*.
+
+    The schedule turns ``θ_ref(t) = min(HAND_BALL_SPIN · (t − t_0), θ_0)`` by time ``t`` (``t_0``
+    the first call, ``θ_0`` the ball's error to the target then).  The measured ball has turned
+    ``θ_done = θ_0 − θ(x)`` (``θ(x)`` its error now), so the ramp starts from the measured
+    orientation turned on toward the target by ``clip(θ_ref − θ_done, 0, HAND_BALL_LEAD)``: a
+    ball that falls behind the schedule is pulled harder, up to ``HAND_BALL_LEAD`` rad, where a
+    ramp re-anchored at the measured orientation pulled the same 0.025 rad per knot however long
+    the ball had stalled (the hopper's nominal anchors its ``x`` to time for the same reason;
+    docs/experiments/hand-ball-idto.md).  A ball ahead of the schedule starts from where it is."""
     home = home_qpos(model)
     qadr, _ = free_joint(model, "ball")
     target = hand_ball_target()
@@ -70,9 +86,17 @@ def _hand_ball_nominal(model, T, h):
     bid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "ball")
     weight = float(model.body_subtreemass[bid] * np.linalg.norm(model.opt.gravity))
     ball_home[2] -= planner_rest_offset(weight, c["stiffness"], c["smoothing"])
+    schedule: dict = {}  # t_0 and θ_0, set by the first call
 
     def nominal(t, x):
-        return pose_ramp(model, home, qadr, ball_home, x[qadr + 3:qadr + 7], ball_home, target, T, h,
+        quat = x[qadr + 3:qadr + 7]
+        error, _ = relative_rotation(quat, target)
+        if not schedule:
+            schedule.update(t0=float(t), angle=error)
+        turned_by_now = min(HAND_BALL_SPIN * (t - schedule["t0"]), schedule["angle"])
+        lead = float(np.clip(turned_by_now - (schedule["angle"] - error), 0.0, HAND_BALL_LEAD))
+        start = rotate_toward(quat, target, lead)
+        return pose_ramp(model, home, qadr, ball_home, start, ball_home, target, T, h,
                          speed=0.0, spin=HAND_BALL_SPIN)
 
     return nominal
