@@ -68,14 +68,15 @@ def _hand_ball_nominal(model, T, h):
     ball at home and turning toward the target at ``HAND_BALL_SPIN`` rad/s along the shortest arc
     (:func:`~contactopt.nominal.pose_ramp`), from an orientation *anchored to time*.
 
-    The schedule turns ``θ_ref(t) = min(HAND_BALL_SPIN · (t − t_0), θ_0)`` by time ``t`` (``t_0``
-    the first call, ``θ_0`` the ball's error to the target then).  The measured ball has turned
-    ``θ_done = θ_0 − θ(x)`` (``θ(x)`` its error now), so the ramp starts from the measured
-    orientation turned on toward the target by ``clip(θ_ref − θ_done, 0, HAND_BALL_LEAD)``: a
-    ball that falls behind the schedule is pulled harder, up to ``HAND_BALL_LEAD`` rad, where a
-    ramp re-anchored at the measured orientation pulled the same 0.025 rad per knot however long
-    the ball had stalled (the hopper's nominal anchors its ``x`` to time for the same reason;
-    docs/experiments/hand-ball-idto.md).  A ball ahead of the schedule starts from where it is."""
+    The schedule turns ``θ_ref(t) = min(HAND_BALL_SPIN · (t − t_0), θ_0)`` by time ``t``
+    (``t_0`` the first call, ``θ_0`` the ball's error to the target then).  The measured ball
+    has turned ``θ_done = θ_0 − θ(x)`` (``θ(x)`` its error now), so the ramp starts from the
+    measured orientation turned on toward the target by ``clip(θ_ref − θ_done, 0,
+    HAND_BALL_LEAD)``: a ball that falls behind the schedule is pulled harder, up to
+    ``HAND_BALL_LEAD`` rad, where a ramp re-anchored at the measured orientation pulled the same
+    0.025 rad per knot however long the ball had stalled (the hopper's nominal anchors its ``x``
+    to time for the same reason; docs/experiments/hand-ball-idto.md).  A ball ahead of the
+    schedule starts from where it is."""
     home = home_qpos(model)
     qadr, _ = free_joint(model, "ball")
     target = hand_ball_target()
