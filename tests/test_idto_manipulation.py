@@ -557,3 +557,29 @@ def test_box_success_needs_every_target_in_order():
     at(edge)
     assert success(m, d)
     assert bb.box_success_factory(None, 10.0)(m, d) is False  # a fresh run starts over
+
+
+def test_hand_ball_nominal_leads_a_stalled_ball_on_a_schedule_that_restarts_with_a_new_run():
+    m = load_model("hand")
+    T, h = 40, 0.05
+    nominal = hb._hand_ball_nominal(m, T, h)
+    d = mujoco.MjData(m)
+    mujoco.mj_resetDataKeyframe(m, d, 0)
+    x = np.concatenate([d.qpos, d.qvel])
+    qa, _ = nom.free_joint(m, "ball")
+    target = hb.hand_ball_target()
+
+    def lead(t):  # how far the ramp's first knot is ahead of the (stalled) measured ball
+        q, _ = nominal(t, x)
+        return rot.orientation_error(x[qa + 3:qa + 7], q[0, qa + 3:qa + 7])
+
+    assert lead(0.0) == pytest.approx(0.0, abs=1e-9)
+    assert lead(0.4) == pytest.approx(hb.HAND_BALL_SPIN * 0.4, abs=1e-9)  # behind the schedule
+    assert lead(5.0) == pytest.approx(hb.HAND_BALL_LEAD, abs=1e-9)  # at most the bound
+    assert lead(0.0) == pytest.approx(0.0, abs=1e-9)  # time went back: a new run, a new schedule
+    # a ball ahead of the schedule starts where it is
+    ahead = x.copy()
+    ahead[qa + 3:qa + 7] = rot.rotate_toward(x[qa + 3:qa + 7], target, 1.0)
+    q, _ = nominal(0.5, ahead)
+    start = q[0, qa + 3:qa + 7]
+    assert rot.orientation_error(ahead[qa + 3:qa + 7], start) == pytest.approx(0.0, abs=1e-9)

@@ -69,7 +69,8 @@ def _hand_ball_nominal(model, T, h):
     (:func:`~contactopt.nominal.pose_ramp`), from an orientation *anchored to time*.
 
     The schedule turns ``θ_ref(t) = min(HAND_BALL_SPIN · (t − t_0), θ_0)`` by time ``t``
-    (``t_0`` the first call, ``θ_0`` the ball's error to the target then).  The measured ball
+    (``t_0`` the first call, or the first of a new run: a call earlier than the last one;
+    ``θ_0`` the ball's error to the target then).  The measured ball
     has turned ``θ_done = θ_0 − θ(x)`` (``θ(x)`` its error now), so the ramp starts from the
     measured orientation turned on toward the target by ``clip(θ_ref − θ_done, 0,
     HAND_BALL_LEAD)``: a ball that falls behind the schedule is pulled harder, up to
@@ -87,13 +88,14 @@ def _hand_ball_nominal(model, T, h):
     bid = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, "ball")
     weight = float(model.body_subtreemass[bid] * np.linalg.norm(model.opt.gravity))
     ball_home[2] -= planner_rest_offset(weight, c["stiffness"], c["smoothing"])
-    schedule: dict = {}  # t_0 and θ_0, set by the first call
+    schedule: dict = {}  # t_0, θ_0 and the last call's time
 
     def nominal(t, x):
         quat = x[qadr + 3:qadr + 7]
         error, _ = relative_rotation(quat, target)
-        if not schedule:
+        if not schedule or t < schedule["last"]:  # the first call, or a new run (time went back)
             schedule.update(t0=float(t), angle=error)
+        schedule["last"] = float(t)
         turned_by_now = min(HAND_BALL_SPIN * (t - schedule["t0"]), schedule["angle"])
         lead = float(np.clip(turned_by_now - (schedule["angle"] - error), 0.0, HAND_BALL_LEAD))
         start = rotate_toward(quat, target, lead)
