@@ -113,13 +113,17 @@ def test_hand_ball_planner_follows_the_paper_settings_with_the_documented_change
     assert pr.Z.shape == (22, 6)  # the ball's six unactuated dofs
 
 
-def test_hand_ball_nominal_turns_the_ball_about_the_axis_in_the_holding_pose():
+def _hand_ball_nominal_at_home(T=40, h=0.05):
+    """``(model, nominal, x)``: the hand-ball nominal on the bundled hand and its home state."""
     m = load_model("hand")
-    T, h = 40, 0.05
-    nominal = hb._hand_ball_nominal(m, T, h)
     d = mujoco.MjData(m)
     mujoco.mj_resetDataKeyframe(m, d, 0)
-    x = np.concatenate([d.qpos, d.qvel])
+    return m, hb._hand_ball_nominal(m, T, h), np.concatenate([d.qpos, d.qvel])
+
+
+def test_hand_ball_nominal_turns_the_ball_about_the_axis_in_the_holding_pose():
+    T, h = 40, 0.05
+    m, nominal, x = _hand_ball_nominal_at_home(T, h)
     q, v = nominal(0.0, x)
     assert q.shape == (T + 1, 23) and v.shape == (T + 1, 22)
     qa, da = nom.free_joint(m, "ball")
@@ -560,12 +564,7 @@ def test_box_success_needs_every_target_in_order():
 
 
 def test_hand_ball_nominal_leads_a_stalled_ball_on_a_schedule_that_restarts_with_a_new_run():
-    m = load_model("hand")
-    T, h = 40, 0.05
-    nominal = hb._hand_ball_nominal(m, T, h)
-    d = mujoco.MjData(m)
-    mujoco.mj_resetDataKeyframe(m, d, 0)
-    x = np.concatenate([d.qpos, d.qvel])
+    m, nominal, x = _hand_ball_nominal_at_home()
     qa, _ = nom.free_joint(m, "ball")
     target = hb.hand_ball_target()
 
