@@ -163,6 +163,16 @@ class PlannerSession:
                        "last_message": "", "last_cost": math.nan, "last_compute_ms": math.nan}
         self._intervals: list[float] = []
         self._closed = False
+        self._terms = None  # (running, terminal) cost terms on the nominal model, built once
+
+    def _cost_terms(self) -> tuple[list, list]:
+        """The task's running and terminal cost terms on the nominal model, built on first use
+        and kept: their keys and default weights do not change while the session lives, and
+        building them (the task's cost function) is too slow for every telemetry sample."""
+        if self._terms is None:
+            self._terms = (list(self.task.cost_terms(self.nominal)),
+                           list(self.task.cost_terms(self.nominal, terminal=True) or []))
+        return self._terms
 
     # ------------------------------------------------------------------ settings
 
@@ -221,13 +231,11 @@ class PlannerSession:
 
     def values(self) -> dict:
         """Current value of every key (planner options, weights, ``model.*``)."""
+        terms, term = self._cost_terms()
         with self._lock:
-            model = self.nominal
             out = {}
-            terms = self.task.cost_terms(model)
             for key, t in zip(registry.cost_weight_keys(terms), terms):
                 out[key] = float(self._options.get(key, t.weight))
-            term = self.task.cost_terms(model, terminal=True) or []
             for key, t in zip(registry.cost_weight_keys(term), term):
                 out["terminal." + key] = float(self._options.get("terminal." + key, t.weight))
             for o in registry.spec(self._name).options:
@@ -245,12 +253,10 @@ class PlannerSession:
         for o in sp.options:
             rows.append(Setting(o.name, "planner", _kind(o), values[o.name], task_defaults.get(o.name, o.default),
                                 o.doc, tuple(o.choices)))
-        model = self.nominal
-        terms = self.task.cost_terms(model)
+        terms, term = self._cost_terms()
         for key, t in zip(registry.cost_weight_keys(terms), terms):
             rows.append(Setting(key, "cost", "float", values[key], float(t.weight),
                                 f"weight of the {type(t.norm).__name__} term on {t.name}"))
-        term = self.task.cost_terms(model, terminal=True) or []
         for key, t in zip(registry.cost_weight_keys(term), term):
             k = "terminal." + key
             rows.append(Setting(k, "terminal", "float", values[k], float(t.weight),
