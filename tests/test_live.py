@@ -279,3 +279,20 @@ def test_min_lag_set_live_holds_each_new_policy_back(run):
     assert lags.size >= 3 and lags.min() >= 50.0 - 1e-6, lags
     run.set({"min_lag": 0.0})
     assert _wait(lambda: run.session.min_lag == 0.0)
+
+
+def test_telemetry_ring_starts_empty_after_a_clear():
+    """A reset clears the telemetry: the rows after it are the only rows, also in a column that
+    first appears after the clear (it used to be padded with a NaN for every row ever appended)."""
+    from contactopt.mpc.live_helpers import _Ring
+
+    ring = _Ring(100)
+    for k in range(30):
+        ring.append(t=k, update_ms=1.0)
+    ring.clear()
+    ring.append(t=0.0, update_ms=2.0)
+    ring.append(t=0.1, lag_ms=3.0)
+    cols = ring.arrays()
+    assert {k: len(v) for k, v in cols.items()} == {"t": 2, "update_ms": 2, "lag_ms": 2}
+    np.testing.assert_array_equal(cols["t"], [0.0, 0.1])
+    np.testing.assert_array_equal(cols["lag_ms"], [np.nan, 3.0])

@@ -639,9 +639,11 @@ class LiveRun(_GoalsMixin):
                 ms = 1e3 * (upd.compute_time or (time.perf_counter() - start))
                 planned_version, planned_generation = version, generation
                 with self._wake:
-                    self.update_log.append(t=t, update_ms=ms, planned_cost=upd.cost, ok=float(upd.policy is not None))
-                    if upd.policy is not None and generation == self._generation:
-                        self._new = (upd.policy, generation, t)
+                    if generation == self._generation:  # not an update of an episode a reset ended
+                        self.update_log.append(t=t, update_ms=ms, planned_cost=upd.cost,
+                                               ok=float(upd.policy is not None))
+                        if upd.policy is not None:
+                            self._new = (upd.policy, generation, t)
                     self._wake.notify_all()
         except BaseException as exc:  # noqa: BLE001 - reported through .error and telemetry
             with self._wake:

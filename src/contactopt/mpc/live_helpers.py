@@ -152,7 +152,7 @@ class _Ring:
     def __init__(self, maxlen: int):
         self.maxlen = maxlen
         self.cols: dict[str, collections.deque] = {}
-        self.count = 0  # rows ever appended (a client can ask for the rows since a count)
+        self.count = 0  # rows appended since the last clear (a new column is padded to it)
 
     def append(self, **row) -> None:
         for k, v in row.items():
@@ -168,6 +168,7 @@ class _Ring:
 
     def clear(self) -> None:
         self.cols.clear()
+        self.count = 0
 
     def arrays(self) -> dict:
         return {k: np.array(c) for k, c in self.cols.items()}
