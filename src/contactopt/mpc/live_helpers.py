@@ -152,23 +152,21 @@ class _Ring:
     def __init__(self, maxlen: int):
         self.maxlen = maxlen
         self.cols: dict[str, collections.deque] = {}
-        self.count = 0  # rows appended since the last clear (a new column is padded to it)
 
     def append(self, **row) -> None:
+        # every column holds the same rows, so a new one is padded to the length of any other
+        rows = len(next(iter(self.cols.values()))) if self.cols else 0
         for k, v in row.items():
             col = self.cols.get(k)
             if col is None:
-                col = self.cols[k] = collections.deque([math.nan] * min(self.count, self.maxlen),
-                                                       maxlen=self.maxlen)
+                col = self.cols[k] = collections.deque([math.nan] * rows, maxlen=self.maxlen)
             col.append(float(v))
         for k, col in self.cols.items():
             if k not in row:
                 col.append(math.nan)
-        self.count += 1
 
     def clear(self) -> None:
         self.cols.clear()
-        self.count = 0
 
     def arrays(self) -> dict:
         return {k: np.array(c) for k, c in self.cols.items()}
