@@ -62,7 +62,8 @@ subtree centres of mass) — nothing else.  The built-in residuals except :class
 (and :class:`CenterOfMassVelocity` with its finite-difference position block) are
 evaluated for all stages of a trajectory at once from per-stage copies of the
 positions and Jacobians they need (:meth:`Residual.batch_requests`); the others stage
-by stage.  A :class:`UserResidual` that needs
+by stage.  :class:`MechanicalEnergy` (``mj_crb`` and its finite differences per stage)
+runs its own compiled loop over the stages.  A :class:`UserResidual` that needs
 more (contacts, sensors) may call further MuJoCo stages on the ``data`` it is
 given.  Cost objects own a scratch ``MjData`` and are not thread-safe; use one
 per thread.

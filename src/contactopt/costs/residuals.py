@@ -524,9 +524,17 @@ class MechanicalEnergy(Residual):
     ``E = ½ vᵀM(q)v − m gᵀ c(q)`` with ``m`` the total mass, ``g`` the model's gravity and ``c``
     the centre of mass (MuJoCo's ``data.energy`` convention: potential zero at the origin).
     Jacobian: ``∂E/∂v = M v``; ``∂E/∂q = −m gᵀ J_c`` plus ``∂(½ vᵀMv)/∂q`` by forward
-    differences of ``M(q)`` (``mj_crb`` on a scratch ``MjData``).  Used to pump energy into
-    swing-up tasks, where a position cost alone stalls at the hanging stationary point.
+    differences of ``M(q)`` (``mj_crb`` on a scratch ``MjData``, step :attr:`FD_STEP` along each
+    tangent direction).  Used to pump energy into swing-up tasks, where a position cost alone
+    stalls at the hanging stationary point.
+
+    Over many stages (:meth:`batch_evaluate`) the same MuJoCo calls run as one compiled loop
+    (:func:`contactopt.native.native_mechanical_energy`) where the call layer is available;
+    :meth:`evaluate` is the readable reference and the fallback.
     """
+
+    #: forward-difference step of ``∂(½ vᵀMv)/∂q`` (rad or m along a tangent direction)
+    FD_STEP = 1e-6
 
     def __init__(self, model, target: float = 0.0, *, name: str = "energy"):
         super().__init__(model, 1, name)
@@ -557,7 +565,7 @@ class MechanicalEnergy(Residual):
         jx[0, :nv] = -self.mass * (self.gravity @ self._jac)
         jx[0, nv:2 * nv] = self._mv
         ke = 0.5 * float(data.qvel @ self._mv)
-        s, eps = self._scratch, 1e-6
+        s, eps = self._scratch, self.FD_STEP
         s.qvel[:] = data.qvel
         for j in range(nv):
             s.qpos[:] = data.qpos
@@ -570,6 +578,23 @@ class MechanicalEnergy(Residual):
             mujoco.mj_mulM(m, s, self._mv2, s.qvel)
             jx[0, j] += (0.5 * float(s.qvel @ self._mv2) - ke) / eps
         return r, jx, None
+
+    def batch_requests(self, jacobian):
+        """No rows of the shared kinematics pass: the compiled energy loop runs its own MuJoCo
+        calls per stage.  None (stage by stage) without the compiled call layer."""
+        from .. import native
+
+        return () if native.NATIVE else None
+
+    def batch_evaluate(self, kin, X, U, jacobian):
+        """``R (N, 1)`` and ``J_x (N, 1, ndx)`` of the states ``X (N, nx)`` in one compiled loop
+        (the values of :meth:`evaluate` stage by stage, to roundoff)."""
+        from .. import native
+
+        E, JX = native.native_mechanical_energy(self.model, self._scratch, X, self.mass,
+                                                self.gravity, self.FD_STEP, jacobian)
+        r = (E - self.target)[:, None]
+        return r, (None if JX is None else JX[:, None, :]), None
 
 
 class Combination(Residual):

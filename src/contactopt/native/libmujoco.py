@@ -15,7 +15,8 @@ MuJoCo C functions bound here:
   offsets of ``mjData`` / ``mjModel`` fields;
 * numpy-exact scalar and matrix helpers (:func:`mv`, :func:`np_max`, :func:`np_min`) and
   :func:`load_state`;
-* :func:`native_kinematics` — the cost's per-stage kinematics pass.
+* :func:`native_kinematics` — the cost's per-stage kinematics pass;
+* :func:`native_mechanical_energy` — the mechanical energy and its Jacobian over stages.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "load_state",
     "mj_collision",
     "mj_compos",
+    "mj_crb",
     "mj_differentiatepos",
     "mj_fullm",
     "mj_fwdposition",
@@ -55,12 +57,14 @@ __all__ = [
     "mj_jacsite",
     "mj_jacsubtreecom",
     "mj_kinematics",
+    "mj_mulm",
     "mj_setstate",
     "mj_step",
     "mjd_inversefd",
     "mjd_transitionfd",
     "mv",
     "native_kinematics",
+    "native_mechanical_energy",
     "ncon_field_offset",
     "np_max",
     "np_min",
@@ -95,6 +99,8 @@ NATIVE_FUNCTIONS = {
     "contactopt_mj_step": ("mj_step", "pp"),
     "contactopt_mj_kinematics": ("mj_kinematics", "pp"),
     "contactopt_mj_compos": ("mj_comPos", "pp"),
+    "contactopt_mj_crb": ("mj_crb", "pp"),
+    "contactopt_mj_mulm": ("mj_mulM", "pppp"),
     "contactopt_mj_differentiatepos": ("mj_differentiatePos", "ppdpp"),
     "contactopt_mj_jacsite": ("mj_jacSite", "ppppi"),
     "contactopt_mj_jacbody": ("mj_jacBody", "ppppi"),
@@ -249,6 +255,8 @@ _mj = {symbol[len("contactopt_"):]: _nb_types.ExternalFunction(
 mj_step = _mj["mj_step"]
 mj_kinematics = _mj["mj_kinematics"]
 mj_compos = _mj["mj_compos"]
+mj_crb = _mj["mj_crb"]
+mj_mulm = _mj["mj_mulm"]
 mj_differentiatepos = _mj["mj_differentiatepos"]
 mj_jacsite = _mj["mj_jacsite"]
 mj_jacbody = _mj["mj_jacbody"]
@@ -368,3 +376,82 @@ def native_kinematics(model, data, X, points, jacobians):
     kinematics_kernel(model._address, data._address, data.qpos, data.qvel, data.act, data.site_xpos,
                        data.xpos, data.xipos, data.subtree_com, X, pk, pi, P, jk, ji, J)
     return P, J
+
+
+@_njit(cache=True)
+def _kinetic_energy(m, d, qvel, mv):
+    """``½ vᵀ M(q) v`` of the loaded state (``mj_kinematics`` + ``mj_comPos`` done): ``mj_crb``,
+    ``mv ← M v`` (``mj_mulM``), then the dot product in index order."""
+    mj_crb(m, d)
+    mj_mulm(m, d, mv.ctypes.data, qvel.ctypes.data)
+    ke = 0.0
+    for j in range(qvel.shape[0]):
+        ke += qvel[j] * mv[j]
+    return 0.5 * ke
+
+
+@_njit(cache=True)
+def energy_kernel(m, d, qpos, qvel, act, subtree_com, X, mass, gravity, eps, jacobian, E, JX):
+    """Per stage ``i``: ``E[i] = ½ vᵀM(q)v − mass · gravity · c(q)`` of ``X[i]`` (``c``: the
+    centre of mass, ``subtree_com[0]``) and, when ``jacobian``, ``JX[i] (ndx,)``: ``∂E/∂v = M v``,
+    ``∂E/∂q = −mass · gravityᵀ J_c`` plus forward differences of ``½ vᵀM(q)v`` along each tangent
+    direction ``q ⊕ eps e_j`` (``mj_integratePos``); the same C calls as
+    ``MechanicalEnergy.evaluate`` stage by stage."""
+    N = X.shape[0]
+    nq = qpos.shape[0]
+    nv = qvel.shape[0]
+    mv = np.empty(nv)
+    mv2 = np.empty(nv)
+    jac = np.zeros((3, nv))
+    dq = np.zeros(nv)
+    for i in range(N):
+        load_state(X[i], qpos, qvel, act)
+        mj_kinematics(m, d)
+        mj_compos(m, d)
+        ke = _kinetic_energy(m, d, qvel, mv)
+        potential = 0.0
+        for c in range(3):
+            potential += gravity[c] * subtree_com[0, c]
+        E[i] = ke - mass * potential
+        if not jacobian:
+            continue
+        mj_jacsubtreecom(m, d, jac.ctypes.data, 0)
+        for j in range(nv):
+            g = 0.0
+            for c in range(3):
+                g += gravity[c] * jac[c, j]
+            JX[i, j] = -mass * g
+            JX[i, nv + j] = mv[j]
+        for j in range(nv):
+            for k in range(nq):
+                qpos[k] = X[i, k]
+            dq[j] = eps
+            mj_integratepos(m, qpos.ctypes.data, dq.ctypes.data, 1.0)
+            dq[j] = 0.0
+            mj_kinematics(m, d)
+            mj_compos(m, d)
+            JX[i, j] += (_kinetic_energy(m, d, qvel, mv2) - ke) / eps
+
+
+def native_mechanical_energy(model, data, X, mass, gravity, eps, jacobian):
+    """Mechanical energy of ``N`` states and its state Jacobian (``MechanicalEnergy``'s batch).
+
+    Args:
+      model, data: the ``MjModel`` and a scratch ``MjData`` (overwritten).
+      X: ``(N, nx)`` states.
+      mass: total mass [kg]; gravity: ``(3,)`` [m/s²]; eps: the forward-difference step of
+        ``∂(½ vᵀMv)/∂q``.
+      jacobian: whether to fill the Jacobian.
+
+    Returns:
+      ``(E (N,), JX (N, ndx) | None)``: energies [J] and ``∂E/∂x`` in the tangent space
+      (``ndx = 2 nv + na``; the activation columns are zero).
+    """
+    X = np.ascontiguousarray(X, dtype=float)
+    N = X.shape[0]
+    E = np.empty(N)
+    JX = np.zeros((N, 2 * model.nv + model.na)) if jacobian else np.zeros((0, 0))
+    gravity = np.ascontiguousarray(gravity, dtype=float)
+    energy_kernel(model._address, data._address, data.qpos, data.qvel, data.act, data.subtree_com,
+                  X, float(mass), gravity, float(eps), bool(jacobian), E, JX)
+    return E, (JX if jacobian else None)
