@@ -170,6 +170,38 @@ def test_calibrated_lag_rounds_up_and_is_cached(tmp_path):
         calibrated_lag("u", "ilqg", 1.0, lambda: {"policy_lag_ms": None}, path=path)
 
 
+def test_calibrated_lag_is_measured_again_for_other_options_or_other_code(tmp_path, monkeypatch):
+    """A planner setting or a change to the library can change the update time: the cache key
+    holds the run's options and the source's fingerprint, and a new fingerprint drops the
+    pair's stale values."""
+    from contactopt.mpc import calibration
+
+    lags = iter([12.3, 4.1, 7.7, 2.2])
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"policy_lag_ms": next(lags)}
+
+    path = tmp_path / "lag.json"
+    base = {"settings": {"horizon": 100}, "mode": "sync"}
+    assert calibration.calibrated_lag("t", "ilqg", 1.0, measure, path=path, options=base) == (0.013, False)
+    assert calibration.calibrated_lag("t", "ilqg", 1.0, measure, path=path,
+                                      options=dict(base)) == (0.013, True)
+    other = {"settings": {"horizon": 300}, "mode": "sync"}
+    assert calibration.calibrated_lag("t", "ilqg", 1.0, measure, path=path, options=other) == (0.005, False)
+    assert calibration.calibrated_lag("u", "ilqg", 1.0, measure, path=path, options=base) == (0.008, False)
+    assert len(calls) == 3 and len(json.loads(path.read_text())) == 3
+    code = calibration.code_fingerprint()
+    assert len(code) == 12 and code == calibration.code_fingerprint()
+    monkeypatch.setattr(calibration, "code_fingerprint", lambda: "0123456789ab")
+    assert calibration.calibrated_lag("t", "ilqg", 1.0, measure, path=path, options=base) == (0.003, False)
+    table = json.loads(path.read_text())
+    # task t's two values of the old code are gone; task u's stays until u is calibrated again
+    assert sorted(k.split("|")[0] for k in table) == ["t", "u"]
+    assert any("code=0123456789ab" in k for k in table)
+
+
 def test_deterministic_flag_conflicts_are_one_line():
     p = subprocess.run([sys.executable, "-m", "contactopt", "run", PENDULUM, "--deterministic", "--lag", "0.01"],
                        capture_output=True, text=True, timeout=120,

@@ -7,13 +7,18 @@ machine's own number: it runs the task × planner pair once for :data:`CALIBRATI
 simulated time with the measured lag, takes the median policy lag, rounds it *up* to
 :data:`LAG_GRID` seconds (a slow calibration errs on the pessimistic side) and stores it in a
 JSON cache (``$XDG_CACHE_HOME/contactopt/calibrated_lag.json``, or ``~/.cache/...``) keyed by
-task, planner, slowdown and host name.  Later runs reuse it, so ``--deterministic`` runs of one
-seed are identical on one machine; the report says the lag used, and ``--lag L`` with that
-value reproduces the run anywhere.
+task, planner, slowdown, host name, the run's options (``--set`` settings, mode, model-error
+scales: :func:`options_fingerprint`) and the installed contactopt's source
+(:func:`code_fingerprint`): a planner setting or a code change that makes updates faster or
+slower is calibrated again, not served the old lag.  Later runs reuse it, so ``--deterministic``
+runs of one seed are identical on one machine; the report says the lag used, and ``--lag L``
+with that value reproduces the run anywhere.  A user's own task file is not part of the key.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import os
@@ -23,7 +28,8 @@ from typing import Callable
 
 from ..errors import ContactoptError
 
-__all__ = ["calibrated_lag", "runner_fixed_lag", "task_fixed_lag", "cache_path", "LAG_GRID", "CALIBRATION_SECONDS"]
+__all__ = ["calibrated_lag", "runner_fixed_lag", "task_fixed_lag", "cache_path", "code_fingerprint",
+           "options_fingerprint", "LAG_GRID", "CALIBRATION_SECONDS"]
 
 #: the calibrated lag is rounded up to a multiple of this (s)
 LAG_GRID = 0.001
@@ -37,6 +43,31 @@ def cache_path() -> Path:
     return Path(root) / "contactopt" / "calibrated_lag.json"
 
 
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """12 hex digits of SHA-256 over the installed ``contactopt`` package's Python sources (path
+    and content of every ``*.py``, in sorted order): it changes with any change to the library,
+    which may change a planner's update time."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for file in sorted(root.rglob("*.py")):
+        digest.update(file.relative_to(root).as_posix().encode())
+        try:
+            digest.update(file.read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+    return digest.hexdigest()[:12]
+
+
+def options_fingerprint(options: dict | None) -> str:
+    """12 hex digits of SHA-256 over the run options ``options`` (JSON with sorted keys; a value
+    JSON cannot hold by its ``repr``); ``"-"`` for none."""
+    if not options:
+        return "-"
+    text = json.dumps(options, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def _load(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
@@ -46,22 +77,29 @@ def _load(path: Path) -> dict:
 
 
 def calibrated_lag(task: str, planner: str, slowdown: float, measure: Callable[[], dict], *,
-                   path: Path | None = None, recalibrate: bool = False) -> tuple[float, bool]:
+                   path: Path | None = None, recalibrate: bool = False,
+                   options: dict | None = None) -> tuple[float, bool]:
     """The fixed policy lag (s) of ``task`` × ``planner`` at ``slowdown`` on this machine.
 
     Args:
-      task, planner, slowdown: the cache key (with the host name).
+      task, planner, slowdown: the cache key (with the host name, :func:`code_fingerprint` and
+        :func:`options_fingerprint` of ``options``).
       measure: runs the pair with the measured lag for a short time and returns its report
         (:meth:`~contactopt.mpc.MPCResult.summary` keys; ``policy_lag_ms`` is read).
       path: the cache file (default :func:`cache_path`).
       recalibrate: measure even when a value is cached.
+      options: the options the pair runs with (those ``measure`` uses), part of the key; entries
+        of the same task, planner, slowdown and host under another code fingerprint are dropped
+        when a new value is stored.
 
     Returns:
       ``(lag, cached)``: ``lag = ⌈median policy lag / LAG_GRID⌉ · LAG_GRID`` seconds, and whether
       it came from the cache.
     """
     path = cache_path() if path is None else Path(path)
-    key = f"{task}|{planner}|slowdown={float(slowdown):g}|{socket.gethostname()}"
+    prefix = f"{task}|{planner}|slowdown={float(slowdown):g}|{socket.gethostname()}|"
+    code = f"code={code_fingerprint()}|"
+    key = prefix + code + f"options={options_fingerprint(options)}"
     table = _load(path)
     if not recalibrate and isinstance(table.get(key), (int, float)) and math.isfinite(table[key]):
         return float(table[key]), True
@@ -71,6 +109,9 @@ def calibrated_lag(task: str, planner: str, slowdown: float, measure: Callable[[
         raise ContactoptError(f"--deterministic: the calibration run of {task} with {planner} measured no lag")
     lag = math.ceil(lag_ms * 1e-3 / LAG_GRID - 1e-9) * LAG_GRID
     lag = round(max(lag, LAG_GRID), 6)
+    # this pair's values under another version of the code are stale: dropped, not kept growing
+    table = {k: v for k, v in table.items()
+             if not k.startswith(prefix) or k.startswith(prefix + code)}
     table[key] = lag
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,8 +141,10 @@ def runner_fixed_lag(task: str, planner: str, runner, options: dict, seed: int) 
         return "the task's fixed lag"
     slowdown = options.get("slowdown", getattr(spec, "target_slowdown", 1.0))
     measure_options = {k: v for k, v in options.items() if k != "pushes"}
-    lag, cached = calibrated_lag(task, planner, slowdown,
-                                 lambda: runner(seconds=CALIBRATION_SECONDS, seed=seed, **measure_options))
+    lag, cached = calibrated_lag(
+        task, planner, slowdown,
+        lambda: runner(seconds=CALIBRATION_SECONDS, seed=seed, **measure_options),
+        options=measure_options)
     options["lag"] = lag
     return "calibrated on this machine" + (" (cached)" if cached else "")
 
@@ -114,6 +157,9 @@ def task_fixed_lag(task, planner: str, seed: int, **run_options) -> tuple[float,
     came from)`` (for the report)."""
     from .task_runner import run_task
 
-    lag, cached = calibrated_lag(task.name, planner, run_options.get("slowdown", 1.0), lambda: run_task(
-        task, planner, seed=seed, seconds=min(CALIBRATION_SECONDS, task.duration), **run_options).report)
+    lag, cached = calibrated_lag(
+        task.name, planner, run_options.get("slowdown", 1.0),
+        lambda: run_task(task, planner, seed=seed, seconds=min(CALIBRATION_SECONDS, task.duration),
+                         **run_options).report,
+        options=run_options)
     return lag, "calibrated on this machine" + (" (cached)" if cached else "")
