@@ -482,6 +482,20 @@ def test_batched_residuals_equal_stage_by_stage_evaluation(mixed_model, rng):
     assert nbatched >= 2 * 10
 
 
+def assert_batched_equals_reference(cost, data, X, U, derivatives, rtol):
+    """``_evaluate_stages`` on its batched path equals its stage-by-stage reference
+    (``batched=False``) to ``rtol``, with an absolute floor of ``rtol`` times each array's scale."""
+    from contactopt.costs.stage import _evaluate_stages
+
+    got = _evaluate_stages(cost, data, X, U, derivatives)
+    want = _evaluate_stages(cost, data, X, U, derivatives, batched=False)
+    for g, w in zip(got, want):
+        if w is None:
+            assert g is None
+        else:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * (np.abs(w).max() + 1))
+
+
 def test_batched_stage_cost_equals_stage_by_stage_reference(mixed_model, rng):
     """The stage cost's batched path gives the stage-by-stage values and derivatives (to roundoff)."""
     from contactopt.costs.stage import _evaluate_stages
@@ -502,13 +516,7 @@ def test_batched_stage_cost_equals_stage_by_stage_reference(mixed_model, rng):
     for cost in (all_batched, mixed_stage_cost(model)):
         data = mujoco.MjData(model)
         for derivatives in (False, True):
-            got = _evaluate_stages(cost, data, X, U, derivatives)
-            want = _evaluate_stages(cost, data, X, U, derivatives, batched=False)
-            for g, w in zip(got, want):
-                if w is None:
-                    assert g is None
-                else:
-                    np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12 * (np.abs(w).max() + 1))
+            assert_batched_equals_reference(cost, data, X, U, derivatives, rtol=1e-12)
         # the terminal (control-free) path
         state_only = cost.state_terms()
         got = _evaluate_stages(state_only, data, X, None, True)
@@ -603,7 +611,6 @@ def test_compiled_mechanical_energy_equals_the_stage_by_stage_reference(mixed_mo
     manifold (free and ball joints included), and a stage cost holding the term gives the
     reference path's derivatives."""
     from contactopt import native
-    from contactopt.costs.stage import _evaluate_stages
 
     if not native.NATIVE:
         pytest.skip("compiled MuJoCo loops not available on this installation")
@@ -633,13 +640,7 @@ def test_compiled_mechanical_energy_equals_the_stage_by_stage_reference(mixed_mo
                                    atol=1e-4 * (1 + np.abs(numeric).max()))
     cost = StageCost(model, [CostTerm(res, Quadratic(), 2.0),
                              CostTerm(SitePosition(model, "tip"), L2(0.1))])
-    got = _evaluate_stages(cost, data, X, None, True)
-    want = _evaluate_stages(cost, data, X, None, True, batched=False)
-    for g, w in zip(got, want):
-        if w is None:
-            assert g is None
-        else:
-            np.testing.assert_allclose(g, w, rtol=1e-7, atol=1e-7 * (np.abs(w).max() + 1))
+    assert_batched_equals_reference(cost, data, X, None, True, rtol=1e-7)
 
 
 def test_nonfinite_residual_is_reported_by_name_with_the_combined_check(mixed_model, rng):
