@@ -604,6 +604,67 @@ def test_compiled_kinematics_pass_equals_python_loop_bit_for_bit(mixed_model, rn
             np.testing.assert_array_equal(J[k, i], jac)
 
 
+def test_rotation_vector_difference_equals_mujoco_subquat(rng):
+    """The vectorized ``log(q_refˉ¹ ⊗ q)`` equals ``mju_subQuat`` on random, unnormalized,
+    sign-flipped, identical and nearly opposite quaternions (angles close to ±π)."""
+    from contactopt.rotations import quat_from_axis_angle, quat_multiply, rotation_vector_difference
+
+    refs, qs = [], []
+    for k in range(40):
+        ref = rng.normal(size=4)
+        ref /= np.linalg.norm(ref)
+        if k < 10:
+            q = rng.normal(size=4) * rng.uniform(0.5, 2.0)                # unnormalized
+        elif k < 20:
+            angle = [0.0, 1e-9, 1e-5, np.pi - 1e-6, np.pi + 1e-6][k % 5]  # edges of the branches
+            q = quat_multiply(ref, quat_from_axis_angle(rng.normal(size=3), angle))
+        else:
+            q = quat_multiply(ref, quat_from_axis_angle(rng.normal(size=3), rng.uniform(-4, 4)))
+        refs.append(ref)
+        qs.append(-q if k % 3 == 0 else q)                                 # q and −q: one rotation
+    got = rotation_vector_difference(np.array(qs), np.array(refs))
+    want = np.empty((len(qs), 3))
+    for i, (q, ref) in enumerate(zip(qs, refs)):
+        mujoco.mju_subQuat(want[i], q, ref)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(rotation_vector_difference(qs[5], refs[5]), want[5], atol=1e-12)
+
+
+def test_qpos_over_rotations_is_batched_like_the_stage_by_stage_reference(mixed_model, rng):
+    """A configuration error over ball and free-joint rotations is evaluated over all stages at
+    once (it ran stage by stage, which kept the whole cost on the Python loop) and gives the
+    values and Jacobians of ``evaluate`` (``mj_differentiatePos`` and ``J_r⁻¹``) — on any subset
+    of DoFs in any order, on the target itself, and with a moving target."""
+    from contactopt.costs.residuals import _batch_requests
+
+    model = mixed_model
+    N = 10
+    X = np.stack([random_state(model, rng) for _ in range(N)])
+    target = random_configuration(model, rng)
+    X[0, :model.nq] = target                                  # zero error: the small-angle branch
+    X[1, 3:7] = target[3:7] * 1.7                           # an unnormalized free-joint quaternion
+
+    def moving(t, t0, x0):
+        q = target.copy()
+        q[7:11] = [np.cos(t), np.sin(t), 0.0, 0.0]              # the ball's target turns about x
+        return q
+
+    selections = [dict(), dict(dofs=[4, 9, 3, 7, 0]), dict(joints=["ball", "hinge"]),
+                  dict(dofs=[8])]
+    for sel in selections:
+        for reference in (None, moving):
+            res = Qpos(model, target, reference=reference, **sel)
+            assert _batch_requests(res, True) is not None
+            cost = StageCost(model, [CostTerm(res, SmoothAbs(0.3), 2.0),
+                                     CostTerm(Qvel(model), Quadratic(), 0.1)])
+            if reference is not None:
+                cost.schedule(0.05 * np.arange(N), 0.0, X[0])
+            data = mujoco.MjData(model)
+            for derivatives in (False, True):
+                U = rng.normal(size=(N, model.nu))
+                assert_batched_equals_reference(cost, data, X, U, derivatives, rtol=1e-12)
+
+
 def test_compiled_mechanical_energy_equals_the_stage_by_stage_reference(mixed_model, rng):
     """``MechanicalEnergy`` over many stages (one compiled loop) gives the energies of
     :meth:`~MechanicalEnergy.evaluate` stage by stage and its Jacobian to the roundoff of a
@@ -662,7 +723,7 @@ def test_single_component_terms_accumulate_exactly_like_einsum_and_matmul(mixed_
 
     model = mixed_model
     terms = [CostTerm(SitePosition(model, "tip", [0.0, 0.0, 0.4], axes="z"), SmoothAbs(0.2), 2.0),
-             CostTerm(Qpos(model, dofs=[6]), OneSidedQuadratic(), 30.0),
+             CostTerm(Qpos(model, dofs=[9]), OneSidedQuadratic(), 30.0),
              CostTerm(Qvel(model, dofs=[1]), L2(0.1), 0.5),                 # non-diagonal Hessian path
              CostTerm(Control(model, actuators=["hinge_motor"]), Cosh(0.5), 0.3),
              CostTerm(Qvel(model, dofs=[0, 4]), Quadratic(), 0.1)]          # two components: einsum

@@ -16,7 +16,7 @@ import numpy as np
 from .errors import ParameterError, as_array
 
 __all__ = ["orientation_error", "quat_conjugate", "quat_from_axis_angle", "quat_multiply", "relative_rotation",
-           "rotate_toward", "turn", "unit_quat"]
+           "rotate_toward", "rotation_vector_difference", "turn", "unit_quat"]
 
 
 def unit_quat(name: str, q) -> np.ndarray:
@@ -91,3 +91,28 @@ def rotate_toward(q, q_target, max_angle: float) -> np.ndarray:
     q = unit_quat("q", q)
     angle, axis = relative_rotation(q, q_target)
     return turn(q, axis, min(max_angle, angle))
+
+
+def rotation_vector_difference(q, q_ref) -> np.ndarray:
+    """Rotation vectors ``φ = log(q_refˉ¹ ⊗ q)`` [rad] of quaternions ``q (..., 4)`` relative to
+    ``q_ref (..., 4)`` (broadcast over the leading axes), as MuJoCo's ``mju_subQuat(φ, q, q_ref)``
+    and the rotation blocks of ``mj_differentiatePos(q_ref → q)`` compute them, with no
+    normalization: ``p = conj(q_ref) ⊗ q``, ``φ = θ · p_xyz / ‖p_xyz‖`` with
+    ``θ = 2 atan2(‖p_xyz‖, p_w)`` moved into ``(−π, π]`` (the short way round), and
+    ``φ = 2 p_xyz / p_w`` (its limit) where ``‖p_xyz‖`` underflows.  Returns ``(..., 3)``.
+    Vectorized: the batched configuration residual evaluates every stage with it."""
+    q = np.asarray(q, dtype=float)
+    r = np.asarray(q_ref, dtype=float)
+    w1, x1, y1, z1 = r[..., 0], -r[..., 1], -r[..., 2], -r[..., 3]
+    w2, x2, y2, z2 = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    pw = w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2
+    v = np.stack(np.broadcast_arrays(w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+                                     w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+                                     w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2), axis=-1)
+    s = np.sqrt(np.sum(v * v, axis=-1))
+    angle = 2.0 * np.arctan2(s, pw)
+    angle = np.where(angle > np.pi, angle - 2.0 * np.pi, angle)
+    tiny = s < 1e-15
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(tiny, 2.0 / pw, angle / np.where(tiny, 1.0, s))
+    return v * scale[..., None]

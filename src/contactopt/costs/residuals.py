@@ -12,6 +12,7 @@ import mujoco
 import numpy as np
 
 from ..errors import ContactoptError, NonFiniteError, ParameterError, ShapeError, as_array, check_positive
+from ..rotations import rotation_vector_difference
 
 __all__ = [
     "Combination",
@@ -291,6 +292,10 @@ class Qpos(Residual):
 
         ∂φ/∂δ = J_r⁻¹(φ) = I + ½[φ]× + (1/θ² − (1 + cos θ)/(2 θ sin θ)) [φ]×²,  θ = ‖φ‖
 
+    A cost evaluates it over all stages at once (:meth:`batch_evaluate`, NumPy; rotation
+    vectors by :func:`~contactopt.rotations.rotation_vector_difference`); :meth:`evaluate`, on
+    MuJoCo's ``mj_differentiatePos``, is the stage-by-stage reference.
+
     Args:
       model: the model.
       target: ``(nq,)`` target configuration (default ``model.qpos0``).
@@ -327,18 +332,20 @@ class Qpos(Residual):
             elif jt == int(mujoco.mjtJoint.mjJNT_BALL):
                 self._rot.append(adr)
         self._diff = np.zeros(model.nv)
-        # batched over stages when every selected DoF is a plain coordinate (hinge, slide or a
-        # free joint's translation): there ``(q ⊖ q_target)_dof = q[qadr] − q_target[qadr]`` and
-        # the Jacobian row is the unit vector of the DoF
+        # the batched evaluation: a plain coordinate (hinge, slide or a free joint's translation)
+        # has ``(q ⊖ q_target)_dof = q[qadr] − q_target[qadr]`` and the unit vector of its DoF
+        # as Jacobian row; a rotation DoF takes its component of the block's rotation vector
+        # and the matching row of ``J_r⁻¹(φ)``
+        self._linear, self._blocks = _split_qpos_dofs(model, self.dofs)
         hinge = model.jnt_type[model.dof_jntid[self.dofs]] == int(mujoco.mjtJoint.mjJNT_HINGE)
         if wrap == "auto":
             hinge &= ~model.jnt_limited[model.dof_jntid[self.dofs]].astype(bool)
         #: positions in the residual whose error is wrapped into (−π, π]
         self.wrapped = np.flatnonzero(hinge) if wrap is not False else np.zeros(0, dtype=np.intp)
-        self._qidx = _linear_qpos_index(model, self.dofs)
-        if self._qidx is not None:
-            self._jx = np.zeros((self.size, self.ndx))
-            self._jx[np.arange(self.size), self.dofs] = 1.0
+        #: the Jacobian rows of the plain coordinates (constant)
+        self._jx = np.zeros((self.size, self.ndx))
+        rows = self._linear[0]
+        self._jx[rows, self.dofs[rows]] = 1.0
         if reference is not None:
             self.with_reference(reference)
 
@@ -364,15 +371,27 @@ class Qpos(Residual):
         return r, jx, None
 
     def batch_requests(self, jacobian):
-        return None if self._qidx is None else ()
+        return ()
 
     def batch_evaluate(self, kin, X, U, jacobian):
-        r = X[:, self._qidx] - self.current_target()[..., self._qidx]
+        target = self.current_target()
+        N = X.shape[0]
+        r = np.empty((N, self.size))
+        rows, qidx = self._linear
+        r[:, rows] = X[:, qidx] - target[..., qidx]
         if self.wrapped.size:
             r[:, self.wrapped] = _wrap_angle(r[:, self.wrapped])
+        phis = []
+        for qadr, _, rows, comps in self._blocks:  # ball joints and free-joint rotations
+            phi = rotation_vector_difference(X[:, qadr:qadr + 4], target[..., qadr:qadr + 4])
+            r[:, rows] = phi[:, comps]
+            phis.append(phi)
         if not jacobian:
             return r, None, None
-        return r, np.broadcast_to(self._jx, (X.shape[0],) + self._jx.shape).copy(), None
+        jx = np.broadcast_to(self._jx, (N,) + self._jx.shape).copy()
+        for (_, adr, rows, comps), phi in zip(self._blocks, phis):
+            jx[:, rows, adr:adr + 3] = _so3_right_jacobian_inverse_batch(phi)[:, comps]
+        return r, jx, None
 
 
 def _wrap_angle(a: np.ndarray) -> np.ndarray:
@@ -384,21 +403,34 @@ def _wrap_angle(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _linear_qpos_index(model, dofs):
-    """``(len(dofs),)`` qpos index of each DoF when all are plain coordinates (hinge, slide, free
-    translation), else None (a ball or free rotation DoF: quaternion difference)."""
-    out = np.empty(dofs.size, dtype=int)
+def _split_qpos_dofs(model, dofs):
+    """The selected ``dofs`` split by how their configuration error is computed.
+
+    Returns ``((rows, qidx), blocks)``: ``rows`` the positions in ``dofs`` of plain coordinates
+    (hinge, slide, free-joint translation) and ``qidx`` their qpos indices; ``blocks`` one
+    ``(qadr, dofadr, rows, components)`` per ball joint or free-joint rotation with a selected
+    DoF — the quaternion's qpos address, the block's first DoF, the positions in ``dofs`` of
+    its selected rotation DoFs and their components (0–2) in the block's rotation vector."""
+    rows, qidx, blocks = [], [], {}
     for k, dof in enumerate(dofs):
         j = int(model.dof_jntid[dof])
         jt = int(model.jnt_type[j])
         off = int(dof) - int(model.jnt_dofadr[j])
         if jt in (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE)):
-            out[k] = model.jnt_qposadr[j]
+            rows.append(k)
+            qidx.append(int(model.jnt_qposadr[j]))
         elif jt == int(mujoco.mjtJoint.mjJNT_FREE) and off < 3:
-            out[k] = model.jnt_qposadr[j] + off
-        else:
-            return None
-    return out
+            rows.append(k)
+            qidx.append(int(model.jnt_qposadr[j]) + off)
+        else:  # a rotation DoF: ball (off 0-2) or free (off 3-5)
+            shift = 3 if jt == int(mujoco.mjtJoint.mjJNT_FREE) else 0
+            key = (int(model.jnt_qposadr[j]) + shift, int(model.jnt_dofadr[j]) + shift)
+            block = blocks.setdefault(key, ([], []))
+            block[0].append(k)
+            block[1].append(off - shift)
+    linear = (np.array(rows, dtype=np.intp), np.array(qidx, dtype=np.intp))
+    return linear, [(qadr, dofadr, np.array(r, dtype=np.intp), np.array(c, dtype=np.intp))
+                    for (qadr, dofadr), (r, c) in blocks.items()]
 
 
 def _so3_right_jacobian_inverse(phi: np.ndarray) -> np.ndarray:
@@ -410,6 +442,21 @@ def _so3_right_jacobian_inverse(phi: np.ndarray) -> np.ndarray:
     else:
         coef = 1.0 / theta ** 2 - (1.0 + math.cos(theta)) / (2.0 * theta * math.sin(theta))
     return np.eye(3) + 0.5 * S + coef * (S @ S)
+
+
+def _so3_right_jacobian_inverse_batch(phi: np.ndarray) -> np.ndarray:
+    """``(N, 3, 3)``: :func:`_so3_right_jacobian_inverse` of each row of ``phi (N, 3)``."""
+    theta2 = np.sum(phi * phi, axis=1)
+    theta = np.sqrt(theta2)
+    S = np.zeros((phi.shape[0], 3, 3))
+    S[:, 0, 1], S[:, 0, 2], S[:, 1, 2] = -phi[:, 2], phi[:, 1], -phi[:, 0]
+    S[:, 1, 0], S[:, 2, 0], S[:, 2, 1] = phi[:, 2], -phi[:, 1], phi[:, 0]
+    small = theta < 1e-6
+    safe = np.where(small, 1.0, theta)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        coef = np.where(small, 1.0 / 12.0 + theta2 / 720.0,
+                        1.0 / safe ** 2 - (1.0 + np.cos(safe)) / (2.0 * safe * np.sin(safe)))
+    return np.eye(3) + 0.5 * S + coef[:, None, None] * np.matmul(S, S)
 
 
 def _select_dofs(model, joints, dofs, name):
