@@ -385,18 +385,22 @@ def test_constrained_underactuation_drives_violation_to_zero():
     assert res_c.cost == pytest.approx(pr_c.cost(res_c.q) - h * 100.0 * np.sum((res_c.tau @ pr_c.Z) ** 2), rel=1e-9)
 
 
-def test_constrained_step_satisfies_linearized_constraints(rng):
-    """The full Gauss–Newton step of the multiplier dogleg is the KKT solution (dense check, small problem)."""
+@pytest.mark.parametrize("multipliers", ["schur", "banded"])
+def test_constrained_step_satisfies_linearized_constraints(rng, multipliers):
+    """The full Gauss–Newton step of the multiplier dogleg is the KKT solution (dense check, small
+    problem), with the multipliers from the dense Schur complement or the banded KKT system."""
     m = load_model("acrobot")
     T = 5
     pr = IDTOProblem(m, T, 0.05, np.zeros(2), q_nom=np.array([0.3, 0.2]), Qq=1.0, Qv=0.1, R=0.1, Qf_q=10.0,
                      unactuated_penalty=10.0)
-    solver = IDTOSolver(pr, IDTOSettings(underactuation="constrained", scaling="none"))
+    solver = IDTOSolver(pr, IDTOSettings(underactuation="constrained", scaling="none",
+                                         multipliers=multipliers))
     q = np.vstack([np.zeros(2), rng.normal(scale=0.1, size=(T, 2))])
     lin = solver._cost_rows(pr.linearize(q))
     assert lin.Jtau.shape[2] == pr.nv  # penalty rows dropped
     H, g = gauss_newton_system(pr, lin)
-    cb = solver._factor(H)
+    cb, shift = solver._factor(H)
+    assert shift == 0.0
     Ab = solver._constraint_jacobian(lin)
     hval = pr.unactuated_forces(lin.tau)
     lam, gl = solver._multipliers(cb, H, g, np.ones(T * 2), Ab, hval)
@@ -498,6 +502,66 @@ def test_backend_validation():
         IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="mujoco", contact=CompliantContactModel(m))
     with pytest.raises(ParameterError, match="convex_contact"):
         IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="convex", convex_contact="x")
+
+
+def test_banded_kkt_multipliers_equal_the_schur_complement_and_solve_alike():
+    """The banded KKT multipliers (``multipliers="banded"``) equal the dense Schur complement's
+    on a scaled hopper problem with contact (3 unactuated directions, 30 knots), and a constrained
+    solve with either converges to the same plan."""
+    m, pr = _hopper_problem(T=30)
+    q = np.tile(pr.q_init, (31, 1))
+    q[1:, 0] += np.linspace(0.0, 0.2, 30)  # an infeasible guess: the constraints are violated
+    solvers = {k: IDTOSolver(pr, IDTOSettings(max_iterations=100, underactuation="constrained",
+                                              multipliers=k))
+               for k in ("schur", "banded")}
+    s = solvers["schur"]
+    lin = s._cost_rows(pr.linearize(q))
+    H, g = gauss_newton_system(pr, lin)
+    D = s._scaling(H.diagonal())
+    Hs, gs = H.scaled(D), D * g
+    cb, shift = s._factor(Hs)
+    Ab, hval = s._constraint_jacobian(lin), pr.unactuated_forces(lin.tau)
+    assert np.abs(hval).max() > 1.0
+    lam_s, gl_s = s._multipliers(cb, Hs, gs, D, Ab, hval, shift)
+    lam_b, gl_b = solvers["banded"]._multipliers(cb, Hs, gs, D, Ab, hval, shift)
+    np.testing.assert_allclose(lam_b, lam_s, rtol=1e-6, atol=1e-8 * np.abs(lam_s).max())
+    np.testing.assert_allclose(gl_b, gl_s, rtol=1e-6, atol=1e-8 * np.abs(gl_s).max())
+    res = {k: sv.solve(np.tile(pr.q_init, (31, 1))) for k, sv in solvers.items()}
+    for k, r in res.items():
+        assert r.status is IDTOStatus.CONVERGED, (k, r.status)
+        assert pr.unactuated_violation(r.tau) < 1e-6
+    assert res["banded"].cost == pytest.approx(res["schur"].cost, rel=1e-6)
+    np.testing.assert_allclose(res["banded"].q, res["schur"].q, atol=1e-5)
+
+
+def test_banded_kkt_multipliers_use_the_shifted_hessian_of_the_step():
+    """Where ``H̃`` is singular (the style ball-plate: no cost on the free ball's spin) the step
+    solves with ``H̃ + s·I``; the banded multipliers use the same shift, so both methods solve
+    the plan alike (without it the banded steps left the linearized constraints and the trust
+    region collapsed)."""
+    from pathlib import Path
+
+    from contactopt.planners import make
+    from contactopt.task import load_task_file
+
+    task = load_task_file(Path(__file__).parents[1] / "examples/style/ball_plate/task.py")
+    planner = make("idto", task)
+    pr = planner.problem
+    data = mujoco.MjData(pr.model)
+    task.initial_state(pr.model, data, np.random.default_rng(0))
+    q = np.tile(data.qpos, (pr.T + 1, 1))
+    pr.q_init = data.qpos.copy()
+    base = planner.solver.options  # constrained, l1 steps, Δ₀ from the first step
+    solver = IDTOSolver(pr, base)
+    H, _ = gauss_newton_system(pr, solver._cost_rows(pr.linearize(q)))
+    D = solver._scaling(H.diagonal())
+    assert solver._factor(H.scaled(D))[1] > 0  # the shifted case
+    res = {k: IDTOSolver(pr, dataclasses.replace(base, multipliers=k)).solve(q, max_iterations=30)
+           for k in ("schur", "banded")}
+    for k, r in res.items():
+        assert r.status is IDTOStatus.MAX_ITERATIONS, (k, r.status)
+        assert pr.unactuated_violation(r.tau) < 1e-5
+    assert res["banded"].cost == pytest.approx(res["schur"].cost, rel=1e-5)
 
 
 def test_constrained_hopper_with_contact():

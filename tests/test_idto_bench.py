@@ -211,11 +211,11 @@ def test_horizon_sweep_rows_fits_and_cli(tmp_path):
     (task, method); the CLI's --horizon-sweep prints them as JSON and writes the plot."""
     rows, fits = ib.horizon_sweep([ACROBOT], (4, 8, 16), iterations=2)
     assert [(r["method"], r["horizon"]) for r in rows] == [
-        (m, T) for T in (4, 8, 16) for m in ("penalty", "constrained")]
+        (m, T) for T in (4, 8, 16) for m in ("penalty", "constrained", "constrained-banded")]
     for r in rows:
         assert r["task"] == "acrobot" and r["ms_per_iteration"] > 0 and math.isfinite(r["ms_per_iteration"])
         assert r["horizon_s"] == pytest.approx(r["horizon"] * ACROBOT.time_step)
-    assert {f["method"] for f in fits} == {"penalty", "constrained"}
+    assert {f["method"] for f in fits} == {"penalty", "constrained", "constrained-banded"}
     for f in fits:
         mine = [r for r in rows if r["method"] == f["method"]]
         assert f["exponent"] == pytest.approx(ib.growth_exponent(
@@ -227,8 +227,8 @@ def test_horizon_sweep_rows_fits_and_cli(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert {r["horizon"] for r in result["horizon_sweep"]} == set(ib.SWEEP_HORIZONS[:3])
-    assert {(f["task"], f["method"]) for f in result["horizon_fit"]} == {("acrobot", "penalty"),
-                                                                        ("acrobot", "constrained")}
+    assert {(f["task"], f["method"]) for f in result["horizon_fit"]} == {
+        ("acrobot", "penalty"), ("acrobot", "constrained"), ("acrobot", "constrained-banded")}
     assert (tmp_path / "idto_horizon_sweep.png").stat().st_size > 10_000
     other = subprocess.run([sys.executable, "-m", "contactopt", "bench", "tasks", "--horizon-sweep"],
                            capture_output=True, text=True, timeout=60)

@@ -1,9 +1,12 @@
 """The horizon sweep of ``contactopt bench idto --horizon-sweep`` (the IDTO paper's Fig. 4):
-time per iteration against the planning horizon for both treatments of underactuation, the
+time per iteration against the planning horizon for both treatments of underactuation — and
+the Lagrange multipliers two ways, the paper's dense Schur complement (``"constrained"``) and
+the banded KKT system (``"constrained-banded"``, ``IDTOSettings.multipliers="banded"``) — the
 fitted growth exponents, their plot and table (see :mod:`contactopt.bench.idto_bench`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -14,6 +17,11 @@ from ..native.blas import single_threaded_blas
 from ..progress import progress_bar
 from . import format_table
 from .idto_measure import METHODS, _options, idto_tasks, iteration_breakdown, open_loop_problem
+
+#: the sweep's methods: :data:`~contactopt.bench.idto_measure.METHODS` with the multipliers of
+#: ``"constrained"`` from the dense Schur complement, and ``"constrained-banded"``: the same
+#: multipliers from the banded KKT system
+SWEEP_METHODS = METHODS + ("constrained-banded",)
 
 #: planning horizons (steps) of the horizon sweep, and the tasks it runs by default (the paper's
 #: Fig. 4 shows the quadruped and the Allegro hand); ``quick`` runs use the first three horizons.
@@ -46,7 +54,8 @@ def growth_exponent(horizons, ms) -> float | None:
     return float(slope)
 
 
-def horizon_sweep(tasks, horizons=SWEEP_HORIZONS, *, iterations: int = SWEEP_ITERATIONS, methods=METHODS,
+def horizon_sweep(tasks, horizons=SWEEP_HORIZONS, *, iterations: int = SWEEP_ITERATIONS,
+                  methods=SWEEP_METHODS,
                   workers: int | None = None, progress_cb=None) -> tuple[list[dict], list[dict]]:
     """Time per iteration against the planning horizon, per underactuation treatment (Fig. 4).
 
@@ -59,7 +68,7 @@ def horizon_sweep(tasks, horizons=SWEEP_HORIZONS, *, iterations: int = SWEEP_ITE
       tasks: :class:`~contactopt.tasks.idto_task.IDTOTask` s.
       horizons: horizons in steps (each ≥ 2).
       iterations: iterations per point (all run; no convergence test).
-      methods: subset of ``("penalty", "constrained")``.
+      methods: subset of :data:`SWEEP_METHODS`.
       workers: Jacobian threads (default ``os.cpu_count()``).
       progress_cb: called once per (task, horizon).
 
@@ -83,7 +92,7 @@ def horizon_sweep(tasks, horizons=SWEEP_HORIZONS, *, iterations: int = SWEEP_ITE
             planner, q_guess = open_loop_problem(task, workers=workers, horizon=T)
             try:
                 for method in methods:
-                    res = IDTOSolver(planner.problem, _options(planner, method)).solve(
+                    res = IDTOSolver(planner.problem, _sweep_options(planner, method)).solve(
                         q_guess, max_iterations=int(iterations))
                     b = iteration_breakdown(res.log)
                     task_rows.append({"task": task.name, "method": method, "horizon": T,
@@ -107,6 +116,16 @@ def horizon_sweep(tasks, horizons=SWEEP_HORIZONS, *, iterations: int = SWEEP_ITE
     return rows, fits
 
 
+def _sweep_options(planner, method: str):
+    """The planner's solver settings for one sweep method (:data:`SWEEP_METHODS`)."""
+    if method not in SWEEP_METHODS:
+        raise ParameterError(f"horizon sweep: unknown method {method!r} "
+                             f"(one of {', '.join(SWEEP_METHODS)})")
+    if method == "constrained-banded":
+        return dataclasses.replace(_options(planner, "constrained"), multipliers="banded")
+    return dataclasses.replace(_options(planner, method), multipliers="schur")
+
+
 def plot_horizon_sweep(rows: list[dict], fits: list[dict], path) -> None:
     """The paper's Fig. 4: milliseconds per iteration against horizon (log–log), one panel per
     task, one line per method, the fitted exponent in the legend.  ``path``: PNG (atomic write)."""
@@ -114,7 +133,9 @@ def plot_horizon_sweep(rows: list[dict], fits: list[dict], path) -> None:
 
     names = list(dict.fromkeys(r["task"] for r in rows))
     fig, axes = new_figure(len(names), row_height=2.6)
-    styles = {"penalty": ("tab:blue", "penalty"), "constrained": ("tab:orange", "Lagrange multipliers")}
+    styles = {"penalty": ("tab:blue", "penalty"),
+              "constrained": ("tab:orange", "Lagrange multipliers (dense Schur)"),
+              "constrained-banded": ("tab:green", "Lagrange multipliers (banded KKT)")}
     for ax, name in zip(axes[:, 0], names):
         for method, (color, label) in styles.items():
             mine = [r for r in rows if r["task"] == name and r["method"] == method and r["ms_per_iteration"]]
@@ -162,6 +183,7 @@ def _horizon_table(result: dict) -> str:
                                ("pfl", "factorization, longest 3", "{:.2f}")])
     head = (f"IDTO horizon sweep (the paper's Fig. 4): median ms per iteration over "
             f"{result['iterations_per_point']} iterations, {result['cpu_count']} cores; exponent p of ms ≈ c·T^p "
-            "(paper: 1 for the penalty method, 3 for Lagrange multipliers with dense algebra)")
+            "(paper: 1 for the penalty method, 3 for Lagrange multipliers with dense algebra; "
+            "constrained-banded: the same multipliers from the banded KKT system)")
     notes = [f"plot {result['plot']}"] if result.get("plot") else []
     return "\n".join([head, body, *notes])

@@ -260,7 +260,9 @@ def build_idto(task, plant, options, weights):
     if underactuation == "auto":
         underactuation = "constrained" if problem.Z.shape[1] else "penalty"
     solver_options = IDTOSettings(convergence=None, initial_radius=options["trust_radius"],
-                                  underactuation=underactuation, constrained_step=options["constrained_step"])
+                                  underactuation=underactuation,
+                                  constrained_step=options["constrained_step"],
+                                  multipliers=options["multipliers"])
     nominal = first_guess = None
     if fast is not None and fast["moving"]:
         # moving targets on the fast path: the planner schedules ``cost`` (its sample cost) at
@@ -307,6 +309,10 @@ register(PlannerSpec("idto", "inverse-dynamics trajectory optimization (Kurtz et
                          Option("constrained_step", str, "l1", "constrained mode's step: the KKT step "
                                 "scaled to the trust radius on an l1 merit, or the dogleg on L + λᵀh",
                                 ("l1", "dogleg")),
+                         Option("multipliers", str, "banded", "constrained mode's Lagrange "
+                                "multipliers: the banded KKT system (time linear in the horizon) "
+                                "or the dense Schur complement (the paper's; cubic)",
+                                ("banded", "schur")),
                          Option("unactuated_penalty", float, 1e3, "weight of forces on unactuated dofs "
                                 "(penalty mode)"),
                          Option("unactuated_weight", float, 0.0, "IDTO's R on the forces of unactuated dofs "

@@ -154,6 +154,7 @@ def _idto_options(task) -> dict:
 
     opts = {"samples": 0, "actuator_limit_weight": 0.0, "joint_limit_weight": 0.0,
             "constrained_step": task.solver.get("constrained_step", IDTOSettings().constrained_step),
+            "multipliers": task.solver.get("multipliers", IDTOSettings().multipliers),
             "kp": float(np.mean(task.kp)), "kd": float(np.mean(task.kd)),
             "initial_iterations": int(task.initial_iterations), "iterations": int(task.iterations_per_update),
             "update_period": float(task.update_period), "min_lag": task.policy_min_lag(),

@@ -27,8 +27,10 @@ Jacobian ``A = ∂h/∂q`` (``Zᵀ ∂τ_t/∂(q_{t−1}, q_t, q_{t+1})``).  In 
     λ = (Ã H̃⁻¹ Ãᵀ)⁻¹ (h − Ã H̃⁻¹ g̃),
 
 computed with the banded Cholesky of ``H̃`` (``T·nz`` right-hand sides) and a
-dense ``(T·nz)²`` Cholesky of the small multiplier system (``nz`` = unactuated
-directions; never a ``(T·nv)²`` factorization).  The dogleg then runs on
+dense ``(T·nz)²`` Cholesky of the multiplier system (``nz`` = unactuated
+directions; never a ``(T·nv)²`` factorization) — ``IDTOSettings(multipliers="schur")``, cubic
+in ``T`` — or, by default (``"banded"``), from the KKT system below with each knot's unknowns
+interleaved, a banded LU linear in ``T``.  The dogleg then runs on
 ``g̃_λ = g̃ + Ãᵀλ``: ``p_H = −H̃⁻¹ g̃_λ`` is the KKT step of
 ``[H̃ Ãᵀ; Ã 0][p; λ] = [−g̃; −h]`` (it satisfies ``Ã p = −h``), the Cauchy point
 is taken along ``−g̃_λ``, and steps are judged on the merit ``φ = L + λᵀh(q)``
@@ -54,7 +56,7 @@ import scipy.linalg
 
 from ...errors import ParameterError, check_instance, check_positive
 from ...native.blas import single_threaded_blas
-from ...native.lapack import banded_transposed_solve
+from ...native.lapack import banded_lu_solve, banded_transposed_solve
 from .problem import IDTOProblem, Linearization
 
 __all__ = [
@@ -142,6 +144,14 @@ class IDTOSettings:
         as the violation grows.  Penalty mode always takes the dogleg.
       single_thread_blas: run the solve's dense linear algebra on one OpenBLAS thread
         (:mod:`contactopt.native.blas`; the matrices are small, and threads only add waiting).
+      multipliers: how constrained mode computes ``λ``.  ``"schur"`` (the notes' method): the
+        dense ``(T·nz)²`` system ``Ã H̃⁻¹ Ãᵀ`` above, time cubic in ``T`` at long horizons (the
+        paper's Fig. 4).  ``"banded"`` (default): the KKT system
+        ``[H̃ Ãᵀ; Ã 0][p; λ] = [−g̃; −h]`` itself with the unknowns of each knot interleaved
+        (``[p_k; λ_k]``), a band of half-width ``3(nv + nz) − 1`` solved by banded LU with
+        partial pivoting (LAPACK ``gbsv``, :func:`~contactopt.native.lapack.banded_lu_solve`):
+        time linear in ``T``.  The same ``λ`` to rounding;
+        a singular KKT system (redundant constraints) falls back to ``"schur"``.
     """
 
     max_iterations: int = 100
@@ -155,8 +165,12 @@ class IDTOSettings:
     single_thread_blas: bool = True
     auto_radius_scale: float = 1.0
     constrained_step: str = "dogleg"
+    multipliers: str = "banded"
 
     def __post_init__(self):
+        if self.multipliers not in ("schur", "banded"):
+            raise ParameterError(
+                f"multipliers must be 'schur' or 'banded', got {self.multipliers!r}")
         if self.constrained_step not in ("dogleg", "l1"):
             raise ParameterError(
                 f"constrained_step must be 'dogleg' or 'l1', got {self.constrained_step!r}")
@@ -427,6 +441,9 @@ class IDTOSolver:
 
     @staticmethod
     def _factor(Hs: BandedHessian):
+        """Banded upper Cholesky factor of ``H̃ + s·I`` with the smallest shift ``s`` of
+        ``0, 10⁻¹² max H̃_ii, ×100 …`` (8 tries) that is positive definite: ``(factor, s)``, or
+        ``(None, s)`` when none was."""
         ab = Hs.to_banded()
         shift = 0.0
         scale = max(float(np.max(ab[-1])), 1e-300)
@@ -434,10 +451,10 @@ class IDTOSolver:
             try:
                 abs_ = ab.copy()
                 abs_[-1] += shift
-                return scipy.linalg.cholesky_banded(abs_, lower=False, check_finite=False)
+                return scipy.linalg.cholesky_banded(abs_, lower=False, check_finite=False), shift
             except np.linalg.LinAlgError:
                 shift = 1e-12 * scale if shift == 0 else shift * 100
-        return None
+        return None, shift
 
     @property
     def constrained(self) -> bool:
@@ -479,9 +496,61 @@ class IDTOSolver:
         """Banded ``A = ∂h/∂q`` as blocks ``(T, 3, nz, nv)`` (slots as ``Jtau``)."""
         return np.einsum("vz,tkvn->tkzn", self.problem.Z, lin.dtau)
 
-    def _multipliers(self, cb, Hs: BandedHessian, gs, D, Ab, hval):
-        """λ and ``g̃ + Ãᵀλ`` (module docstring).  ``Ab (T, 3, nz, nv)``, ``hval (T·nz,)``.
+    def _multipliers(self, cb, Hs: BandedHessian, gs, D, Ab, hval, shift: float = 0.0):
+        """λ and ``g̃ + Ãᵀλ`` (module docstring) by ``options.multipliers``.  ``cb``: the banded
+        Cholesky factor of ``H̃ + shift·I`` (:meth:`_factor`; the step solves with it, so the
+        multipliers are those of the same shifted ``H̃``).  ``Ab (T, 3, nz, nv)``, ``hval (T·nz,)``.
         ``(None, None)`` when the multiplier system overflowed (not finite)."""
+        if self.options.multipliers == "banded":
+            try:
+                return self._multipliers_banded(Hs, gs, D, Ab, hval, shift)
+            except (np.linalg.LinAlgError, ValueError):
+                pass  # a singular KKT system: the Schur complement's least squares below
+        return self._multipliers_schur(cb, Hs, gs, D, Ab, hval)
+
+    def _multipliers_banded(self, Hs: BandedHessian, gs, D, Ab, hval, shift: float = 0.0):
+        """:meth:`_multipliers` from the banded KKT system (``IDTOSettings.multipliers``).
+
+        Unknown ``k·m + a`` (``m = nv + nz``) is ``p_k[a]`` for ``a < nv`` and ``λ_k[a − nv]``
+        otherwise; ``H̃_{k,k+d}`` (``d ≤ 2``) and ``Ã_{t,k}`` (``k = t−2, t−1, t``) then lie within
+        ``3m − 1`` of the diagonal.  Raises ``LinAlgError`` for a singular system."""
+        pr = self.problem
+        T, nv, nz = pr.T, pr.nv, pr.Z.shape[1]
+        m = nv + nz
+        n = T * m
+        bw = min(3 * m - 1, n - 1)
+        ab = np.zeros((3 * bw + 1, n), order="F")  # gbsv storage: ab[2bw + i − j, j] = K[i, j]
+        x_at = np.arange(T)[:, None] * m + np.arange(nv)[None, :]        # (T, nv): p_k[a]
+        lam_at = np.arange(T)[:, None] * m + nv + np.arange(nz)[None, :]  # (T, nz): λ_k[z]
+
+        def put(rows, cols, values):  # K[rows, cols] = values and its mirror K[cols, rows]
+            rows, cols = np.broadcast_arrays(rows, cols)
+            ab[2 * bw + rows - cols, cols] = values
+            ab[2 * bw + cols - rows, rows] = values
+
+        for d in range(min(3, T)):
+            put(x_at[:T - d, :, None], x_at[d:, None, :], Hs.blocks[:T - d, d])
+        ab[2 * bw, x_at.ravel()] += shift
+        Dk = D.reshape(T, nv)
+        blocks = []  # (t, k, Ã_{t,k} (len, nz, nv)) per slot
+        for slot in range(3):
+            t = np.arange(max(0, 2 - slot), T)
+            k = t - 2 + slot
+            At_k = Ab[t, slot] * Dk[k][:, None, :]
+            put(lam_at[t][:, :, None], x_at[k][:, None, :], At_k)
+            blocks.append((k, At_k, t))
+        rhs = -np.concatenate([gs.reshape(T, nv), hval.reshape(T, nz)], axis=1).ravel()
+        sol = banded_lu_solve(ab, bw, rhs)  # LAPACK's dgbsv, the interpreter lock released
+        if not np.isfinite(sol).all():
+            return None, None
+        lam_k = sol.reshape(T, m)[:, nv:]
+        gl = gs.reshape(T, nv).copy()
+        for k, At_k, t in blocks:
+            gl[k] += np.einsum("tzn,tz->tn", At_k, lam_k[t])
+        return lam_k.ravel(), gl.ravel()
+
+    def _multipliers_schur(self, cb, Hs: BandedHessian, gs, D, Ab, hval):
+        """:meth:`_multipliers` from the dense Schur complement ``Ã H̃⁻¹ Ãᵀ`` (module docstring)."""
         pr = self.problem
         T, nv, nz = pr.T, pr.nv, pr.Z.shape[1]
         N = T * nv
@@ -569,14 +638,15 @@ class IDTOSolver:
                         and np.isfinite(lin.tau).all()):
                     status = IDTOStatus.NON_FINITE
                     break
-                cb = self._factor(Hs)
+                cb, shift = self._factor(Hs)
                 if cb is None:
                     status = IDTOStatus.FACTORIZATION_FAILED
                     break
                 if constrained:
                     hval = pr.unactuated_forces(lin.tau)
                     with np.errstate(over="ignore", invalid="ignore"):
-                        lam, gl = self._multipliers(cb, Hs, gs, D, self._constraint_jacobian(lin), hval)
+                        Ab = self._constraint_jacobian(lin)
+                        lam, gl = self._multipliers(cb, Hs, gs, D, Ab, hval, shift)
                     if lam is None:
                         status = IDTOStatus.NON_FINITE
                         break
