@@ -58,12 +58,18 @@ def banded_transposed_solve(cb: np.ndarray, B: np.ndarray) -> np.ndarray:
     _routine()(b"U", b"T", b"N", *(ctypes.byref(v) for v in ints[:3]), ab.ctypes.data_as(ctypes.c_void_p),
                ctypes.byref(ints[3]), X.ctypes.data_as(ctypes.c_void_p), ctypes.byref(ints[4]),
                ctypes.byref(ints[5]))
-    info = ints[5].value
-    if info > 0:
-        raise np.linalg.LinAlgError(f"banded triangular solve: zero diagonal entry {info}")
-    if info < 0:
-        raise ValueError(f"banded_transposed_solve: LAPACK rejected argument {-info}")
+    _check_info(ints[5].value, "banded_transposed_solve",
+                "banded triangular solve: zero diagonal entry")
     return X
+
+
+def _check_info(info: int, name: str, singular: str) -> None:
+    """LAPACK's ``info``: > 0 a singular matrix (``LinAlgError``: ``singular`` and the index),
+    < 0 a rejected argument (``ValueError`` naming ``name``)."""
+    if info > 0:
+        raise np.linalg.LinAlgError(f"{singular} {info}")
+    if info < 0:
+        raise ValueError(f"{name}: LAPACK rejected argument {-info}")
 
 
 def _gbsv():
@@ -107,9 +113,5 @@ def banded_lu_solve(ab: np.ndarray, bandwidth: int, b: np.ndarray) -> np.ndarray
     _gbsv()(*(ctypes.byref(v) for v in ints[:4]), a.ctypes.data_as(ptr), ctypes.byref(ints[4]),
             ipiv.ctypes.data_as(ptr), x.ctypes.data_as(ptr), ctypes.byref(ints[5]),
             ctypes.byref(ints[6]))
-    info = ints[6].value
-    if info > 0:
-        raise np.linalg.LinAlgError(f"banded LU: zero pivot {info} (a singular matrix)")
-    if info < 0:
-        raise ValueError(f"banded_lu_solve: LAPACK rejected argument {-info}")
+    _check_info(ints[6].value, "banded_lu_solve", "banded LU of a singular matrix: zero pivot")
     return x
