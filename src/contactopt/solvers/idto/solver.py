@@ -150,8 +150,9 @@ class IDTOSettings:
         ``[H̃ Ãᵀ; Ã 0][p; λ] = [−g̃; −h]`` itself with the unknowns of each knot interleaved
         (``[p_k; λ_k]``), a band of half-width ``3(nv + nz) − 1`` solved by banded LU with
         partial pivoting (LAPACK ``gbsv``, :func:`~contactopt.native.lapack.banded_lu_solve`):
-        time linear in ``T``.  The same ``λ`` to rounding;
-        a singular KKT system (redundant constraints) falls back to ``"schur"``.
+        time linear in ``T``.  The same ``λ`` up to the conditioning of the two systems (the
+        Schur complement loses digits when ``H̃`` is nearly singular); a singular KKT system
+        (redundant constraints) falls back to ``"schur"``.
     """
 
     max_iterations: int = 100
@@ -504,7 +505,7 @@ class IDTOSolver:
         if self.options.multipliers == "banded":
             try:
                 return self._multipliers_banded(Hs, gs, D, Ab, hval, shift)
-            except (np.linalg.LinAlgError, ValueError):
+            except np.linalg.LinAlgError:
                 pass  # a singular KKT system: the Schur complement's least squares below
         return self._multipliers_schur(cb, Hs, gs, D, Ab, hval)
 
@@ -532,7 +533,7 @@ class IDTOSolver:
             put(x_at[:T - d, :, None], x_at[d:, None, :], Hs.blocks[:T - d, d])
         ab[2 * bw, x_at.ravel()] += shift
         Dk = D.reshape(T, nv)
-        blocks = []  # (t, k, Ã_{t,k} (len, nz, nv)) per slot
+        blocks = []  # per slot: (k, Ã_{t,k} (len, nz, nv), t)
         for slot in range(3):
             t = np.arange(max(0, 2 - slot), T)
             k = t - 2 + slot
