@@ -504,10 +504,11 @@ def test_backend_validation():
         IDTOProblem(m, 3, 0.01, m.key_qpos[0], backend="convex", convex_contact="x")
 
 
-def test_banded_kkt_multipliers_equal_the_schur_complement_and_solve_alike():
+def test_banded_kkt_multipliers_equal_the_schur_complement_and_solve_alike(monkeypatch):
     """The banded KKT multipliers (``multipliers="banded"``) equal the dense Schur complement's
-    on a scaled hopper problem with contact (3 unactuated directions, 30 knots), and a constrained
-    solve with either converges to the same plan."""
+    on a scaled hopper problem with contact (3 unactuated directions, 30 knots), a singular KKT
+    system falls back to the Schur complement, and a constrained solve with either converges to
+    the same plan."""
     m, pr = _hopper_problem(T=30)
     q = np.tile(pr.q_init, (31, 1))
     q[1:, 0] += np.linspace(0.0, 0.2, 30)  # an infeasible guess: the constraints are violated
@@ -526,6 +527,17 @@ def test_banded_kkt_multipliers_equal_the_schur_complement_and_solve_alike():
     lam_b, gl_b = solvers["banded"]._multipliers(cb, Hs, gs, D, Ab, hval, shift)
     np.testing.assert_allclose(lam_b, lam_s, rtol=1e-6, atol=1e-8 * np.abs(lam_s).max())
     np.testing.assert_allclose(gl_b, gl_s, rtol=1e-6, atol=1e-8 * np.abs(gl_s).max())
+    # a singular KKT system (LAPACK's zero pivot) falls back to the Schur complement
+    import contactopt.solvers.idto.solver as solver_module
+
+    def singular(*args):
+        raise np.linalg.LinAlgError("banded LU of a singular matrix: zero pivot 1")
+
+    monkeypatch.setattr(solver_module, "banded_lu_solve", singular)
+    lam_f, gl_f = solvers["banded"]._multipliers(cb, Hs, gs, D, Ab, hval, shift)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(lam_f, lam_s)
+    np.testing.assert_array_equal(gl_f, gl_s)
     res = {k: sv.solve(np.tile(pr.q_init, (31, 1))) for k, sv in solvers.items()}
     for k, r in res.items():
         assert r.status is IDTOStatus.CONVERGED, (k, r.status)
