@@ -889,8 +889,9 @@ def test_threaded_rollouts_equal_sequential_rollouts_bit_for_bit(small_model, rn
 
     cost = TrajectoryCost(StageCost(model, [CostTerm(Qvel(model), Quadratic(), 1.0),
                                              CostTerm(Control(model), Quadratic(), 0.1)]))
-    picks = [best_perturbed_rollout(d, cost, x0, Us[0], -np.ones(model.nu), np.ones(model.nu),
-                                    np.random.default_rng(5), samples=9, scale=0.5, knots=4, bar=np.inf)
+    lo, hi = -np.ones(model.nu), np.ones(model.nu)
+    picks = [best_perturbed_rollout(d, cost, x0, Us[0], lo, hi, np.random.default_rng(5), samples=9,
+                                    scale=0.5, knots=4, bar=np.inf)
              for d in (dyn, OneByOne())]
     assert picks[0][0] == picks[1][0]
     np.testing.assert_array_equal(picks[0][1], picks[1][1])

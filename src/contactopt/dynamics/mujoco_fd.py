@@ -240,7 +240,8 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
         The compiled rollout loop runs without the interpreter lock and each thread steps its own
         ``MjData`` from a zeroed warm start, so the results equal :meth:`rollout` 's one after the
         other bit for bit (``tests/test_dynamics.py``); without the compiled loops they are
-        computed one after the other.  Returns a list of :class:`~contactopt.dynamics.RolloutResult`.
+        computed one after the other.
+        Returns a list of :class:`~contactopt.dynamics.RolloutResult`.
         """
         Us = list(Us)
         nth = max(1, min(self.nthread, len(Us)))
@@ -253,7 +254,8 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
 
         def share(j):
             for k in range(j, len(Us), nth):
-                out[k] = self._rollout_with(self._rollout_data[j], x0, Us[k], None, None, None, None)
+                out[k] = self._rollout_with(self._rollout_data[j], x0, Us[k],
+                                            None, None, None, None)
 
         futures = [self._ensure_pool(nth - 1).submit(share, j) for j in range(1, nth)]
         try:

@@ -41,7 +41,8 @@ def best_perturbed_rollout(dynamics, cost, x0, U, lower, upper, rng: np.random.G
         candidates.append(np.clip(U + noise, lo, hi))
     # threaded where the dynamics can (MujocoDynamics.rollouts: the same rollouts bit for bit)
     many = getattr(dynamics, "rollouts", None)
-    rolls = many(x0, candidates) if many is not None else [dynamics.rollout(x0, Us) for Us in candidates]
+    rolls = (many(x0, candidates) if many is not None
+             else [dynamics.rollout(x0, Us) for Us in candidates])
     best = None
     for Us, roll in zip(candidates, rolls):
         if roll.diverged:
