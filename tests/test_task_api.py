@@ -356,6 +356,17 @@ def test_bad_task_files_are_one_line_errors(tmp_path, body, message):
     assert len(lines) == 1 and lines[0].startswith(f"contactopt: error: {f}: {message}")
 
 
+def test_a_model_file_given_to_run_is_a_one_line_error(tmp_path):
+    """``contactopt run model.xml`` says it wants a task (it ran the XML as Python)."""
+    f = tmp_path / "robot.xml"
+    f.write_text("<mujoco/>")
+    out = _run_cli("run", str(f))
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"contactopt: error: {f}: a model, not a task file")
+
+
 def test_a_cost_that_raises_is_a_one_line_error(tmp_path):
     f = tmp_path / "task.py"
     f.write_text("import contactopt\n"

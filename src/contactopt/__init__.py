@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 from .errors import (
     ContactoptError,
+    ModelError,
     ModelLoadError,
     ModelNotFoundError,
     NonFiniteError,
@@ -53,7 +54,7 @@ from .task import Task, load_task_file
 
 __all__ = [
     "__version__",
-    "ContactoptError", "ModelLoadError", "ModelNotFoundError", "NonFiniteError",
+    "ContactoptError", "ModelError", "ModelLoadError", "ModelNotFoundError", "NonFiniteError",
     "ParameterError", "RenderError", "ShapeError", "SimulationError",
     "ActuationMap", "State", "actuation_map", "actuator_moment_matrix", "get_state",
     "integrate_position", "load_model", "model_name", "num_steps", "pack_state",

@@ -467,7 +467,10 @@ def load_options_file(path) -> dict:
     """
     if path is None:
         return {}
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package
+        import tomli as tomllib
 
     try:
         with open(path, "rb") as f:

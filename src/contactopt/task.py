@@ -269,6 +269,10 @@ def load_task_file(path) -> Task:
     path = Path(path)
     if not path.is_file():
         raise TaskFileError(f"{path}: no such task file")
+    if path.suffix.lower() in (".xml", ".urdf", ".mjb"):
+        raise TaskFileError(f"{path}: a model, not a task file: run takes a bundled task name "
+                            "or a Python file that defines TASK = contactopt.Task(...) (see the "
+                            "README's 'Your own task'); `contactopt simulate` plays a model")
     try:
         namespace = runpy.run_path(str(path), run_name="__contactopt_task__")
     except SyntaxError as exc:
