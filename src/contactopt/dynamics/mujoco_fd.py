@@ -239,8 +239,8 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
 
         The compiled rollout loop runs without the interpreter lock and each thread steps its own
         ``MjData`` from a zeroed warm start, so the results equal :meth:`rollout` 's one after the
-        other bit for bit (``tests/test_dynamics.py``); without the compiled loops they are
-        computed one after the other.
+        other bit for bit (``tests/test_ilqg.py``, the threaded-rollouts test); without the
+        compiled loops they are computed one after the other.
         Returns a list of :class:`~contactopt.dynamics.RolloutResult`.
         """
         Us = list(Us)
