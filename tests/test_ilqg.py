@@ -852,53 +852,6 @@ def test_compiled_rollout_and_derivatives_equal_python_loops_bit_for_bit(small_m
         np.testing.assert_array_equal(B, d0[0][1])
 
 
-def test_threaded_rollouts_equal_sequential_rollouts_bit_for_bit(small_model, rng):
-    """``rollouts`` splits the sampled control sequences over threads (each its own MjData, the
-    compiled loop without the GIL) and gives exactly the rollouts of ``rollout`` one after the
-    other, a diverging one included; the sampling escape picks the same winner either way."""
-    from contactopt.mpc.sampling import best_perturbed_rollout
-
-    model = small_model
-    T = 15
-    x0 = small_state(model, rng)
-    Us = [rng.uniform(-1.5, 1.5, size=(T, model.nu)) for _ in range(7)]
-    dyn = MujocoDynamics(model, nthread=3)
-    many = dyn.rollouts(x0, Us)
-    assert len(dyn._rollout_data) == 3
-    for U, r in zip(Us, many):
-        one = dyn.rollout(x0, U)
-        np.testing.assert_array_equal(r.X, one.X)
-        np.testing.assert_array_equal(r.U, one.U)
-        assert (r.diverged, r.diverged_at) == (one.diverged, one.diverged_at)
-    # a diverging sequence among others (the weightless slide of the divergence test)
-    slide = MujocoDynamics(mujoco.MjModel.from_xml_string(
-        "<mujoco><option timestep='0.01'/><worldbody><body><joint name='j' type='slide'/>"
-        "<geom size='.1' mass='1e-6'/></body></worldbody>"
-        "<actuator><motor joint='j' gear='1e12'/></actuator></mujoco>"), nthread=2)
-    seqs = [np.zeros((5, 1)), np.full((5, 1), 1e9), np.full((5, 1), 1e-9)]
-    for r, U in zip(slide.rollouts(np.zeros(slide.nx), seqs), seqs):
-        one = slide.rollout(np.zeros(slide.nx), U)
-        assert (r.diverged, r.diverged_at) == (one.diverged, one.diverged_at)
-        np.testing.assert_array_equal(r.X, one.X)
-    assert [r.diverged for r in slide.rollouts(np.zeros(slide.nx), seqs)] == [False, True, False]
-    slide.close()
-
-    class OneByOne:  # the same dynamics without rollouts(): the sequential path
-        def rollout(self, x0, U):
-            return dyn.rollout(x0, U)
-
-    cost = TrajectoryCost(StageCost(model, [CostTerm(Qvel(model), Quadratic(), 1.0),
-                                             CostTerm(Control(model), Quadratic(), 0.1)]))
-    lo, hi = -np.ones(model.nu), np.ones(model.nu)
-    picks = [best_perturbed_rollout(d, cost, x0, Us[0], lo, hi, np.random.default_rng(5), samples=9,
-                                    scale=0.5, knots=4, bar=np.inf)
-             for d in (dyn, OneByOne())]
-    assert picks[0][0] == picks[1][0]
-    np.testing.assert_array_equal(picks[0][1], picks[1][1])
-    np.testing.assert_array_equal(picks[0][2], picks[1][2])
-    dyn.close()
-
-
 def test_compiled_divergent_rollout_matches_python(monkeypatch):
     model = mujoco.MjModel.from_xml_string(
         "<mujoco><option timestep='0.01'/><worldbody><body><joint name='j' type='slide'/>"

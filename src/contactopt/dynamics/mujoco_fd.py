@@ -71,7 +71,7 @@ _BAD_WARNINGS_IDX = np.array(_BAD_WARNINGS, dtype=np.intp)
 # default handler, which prints it and ends the process, where the Python loop raised
 # ``mujoco.FatalError`` (see :mod:`contactopt.native.libmujoco`).
 
-@_njit(cache=True, nogil=True)
+@_njit(cache=True)
 def _rollout_kernel(m, d, qpos, qvel, act, ctrl, warnings, bad, U, X_ref, K, feedback, lo, hi, clip,
                     X, Ua):
     """The loop of :meth:`MujocoDynamics.rollout` (same operations): ``X[0]`` and the ``MjData``
@@ -194,7 +194,6 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
         #: Python reference loops; the same results)
         self.native = True
         self._thread_data: list[mujoco.MjData] = []
-        self._rollout_data: list[mujoco.MjData] = []  # those of rollouts()
         self._pending: list | None = None   # futures of a derivatives_async not yet collected
 
     # ------------------------------------------------------------------ simulation
@@ -231,48 +230,12 @@ class MujocoDynamics(MujocoStateSpace, DerivativePool):
           :class:`~contactopt.dynamics.RolloutResult`; on divergence the remaining rows
           are NaN and ``diverged`` is set (no exception).
         """
-        return self._rollout_with(self._data, x0, U, X_ref, K, lower, upper)
-
-    def rollouts(self, x0, Us) -> list:
-        """:meth:`rollout` of each control sequence ``Us[s] (T, nu)`` from ``x0 (nx,)`` (no
-        feedback, the default control limits), split round-robin over :attr:`nthread` threads.
-
-        The compiled rollout loop runs without the interpreter lock and each thread steps its own
-        ``MjData`` from a zeroed warm start, so the results equal :meth:`rollout` 's one after the
-        other bit for bit (``tests/test_ilqg.py``, the threaded-rollouts test); without the
-        compiled loops they are computed one after the other.
-        Returns a list of :class:`~contactopt.dynamics.RolloutResult`.
-        """
-        Us = list(Us)
-        nth = max(1, min(self.nthread, len(Us)))
-        if nth == 1 or not (NATIVE and self.native):
-            return [self.rollout(x0, U) for U in Us]
-        # MjData of their own: a background derivatives_async may be using the derivative ones
-        while len(self._rollout_data) < nth:
-            self._rollout_data.append(mujoco.MjData(self.model))
-        out = [None] * len(Us)
-
-        def share(j):
-            for k in range(j, len(Us), nth):
-                out[k] = self._rollout_with(self._rollout_data[j], x0, Us[k],
-                                            None, None, None, None)
-
-        futures = [self._ensure_pool(nth - 1).submit(share, j) for j in range(1, nth)]
-        try:
-            share(0)
-        finally:
-            for f in futures:
-                f.result()
-        return out
-
-    def _rollout_with(self, d, x0, U, X_ref, K, lower, upper):
-        """:meth:`rollout` on the scratch ``MjData`` ``d``."""
         from . import RolloutResult
 
         x0, U, X_ref, K, lo, hi = self._rollout_inputs(x0, U, X_ref, K, lower, upper)
         T = U.shape[0]
         clip = bool(np.any(np.isfinite(lo)) or np.any(np.isfinite(hi)))
-        m = self.model
+        m, d = self.model, self._data
         nq, nv, na = self.nq, self.nv, self.na
         X = np.empty((T + 1, self.nx))
         Ua = np.empty((T, self.nu))

@@ -34,17 +34,12 @@ def best_perturbed_rollout(dynamics, cost, x0, U, lower, upper, rng: np.random.G
     span = np.where(np.isfinite(hi - lo), hi - lo, 2.0)
     T, nu = U.shape
     grid = np.linspace(0.0, knots - 1.0, T)
-    candidates = []
+    best = None
     for _ in range(samples):
         values = rng.normal(size=(knots, nu)) * (scale * span)
         noise = np.stack([np.interp(grid, np.arange(knots), values[:, j]) for j in range(nu)], axis=1)
-        candidates.append(np.clip(U + noise, lo, hi))
-    # threaded where the dynamics can (MujocoDynamics.rollouts: the same rollouts bit for bit)
-    many = getattr(dynamics, "rollouts", None)
-    rolls = (many(x0, candidates) if many is not None
-             else [dynamics.rollout(x0, Us) for Us in candidates])
-    best = None
-    for Us, roll in zip(candidates, rolls):
+        Us = np.clip(U + noise, lo, hi)
+        roll = dynamics.rollout(x0, Us)
         if roll.diverged:
             continue
         c = float(cost.total(roll.X, Us))
