@@ -274,3 +274,23 @@ def test_cli_ray_address_with_nothing_there_is_one_line_in_seconds(tmp_path):
     assert p.returncode == 1 and time.monotonic() - t0 < 30  # imports included; the check itself is instant
     assert p.stderr.count("\n") == 1 and "--address 127.0.0.1:1: no Ray cluster reachable" in p.stderr
     assert not out.exists()
+
+
+def test_every_entry_point_starts_a_task_file_with_its_own_planner(tmp_path):
+    """``run``, ``sweep``, ``serve`` and ``gui`` agree on a task file's planner: the first of its
+    ``planner_options`` (:attr:`Task.default_planner`), ``ilqg`` when it names none."""
+    from contactopt.gui.cli import load_gui_task
+    from contactopt.remote.server import load_served_task
+
+    xml = str(Path(PENDULUM).parent / "pendulum.xml")
+    source = Path(PENDULUM).read_text().replace('model="pendulum.xml"', f"model={xml!r}")
+    source = source.replace("duration=8.0)", 'duration=8.0, planner_options={"idto": {}})')
+    file = tmp_path / "pendulum_idto_task.py"
+    file.write_text(source)
+    assert plan_sweep(str(file), seeds=range(1), seconds=0.1, lag=0.02).planner == "idto"
+    assert load_served_task(str(file))[1] == "idto"
+    assert load_gui_task(str(file))[0].default_planner == "idto"
+    assert plan_sweep(PENDULUM, seeds=range(1), seconds=0.1, lag=0.02).planner == "ilqg"
+    assert load_served_task(PENDULUM)[1] == "ilqg"
+    # the GUI runs a bundled task at its target slowdown, a task file in real time
+    assert load_gui_task("humanoid-getup")[1] == 2.0 and load_gui_task(PENDULUM)[1] == 1.0

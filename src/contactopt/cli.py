@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bundled task name, or a Python file that defines TASK = contactopt.Task(...); "
                         "omit to list the tasks")
     r.add_argument("--planner", default=None,
-                   help="ilqg, ilqg-textbook, idto or gdd (default: ilqg for a task file, else the task's first)")
+                   help="ilqg, ilqg-textbook, idto or gdd (default: the task's first; ilqg for a "
+                        "task file without planner_options)")
     r.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", dest="settings",
                    help="planner option or cost weight, e.g. horizon=0.5 or weight.qpos=10 (repeatable; "
                         "task files only); --set help lists the keys")

@@ -36,7 +36,9 @@ def add_gui_parser(sub) -> None:
     g.add_argument("--token", default=None,
                    help="secret every browser must present (part of the printed URL); required for a "
                         "non-loopback --host")
-    g.add_argument("--slowdown", type=float, default=1.0, help="wall seconds per simulated second (default 1)")
+    g.add_argument("--slowdown", type=float, default=None,
+                   help="wall seconds per simulated second (default: a bundled task's target, "
+                        "e.g. 2 for humanoid-getup; 1 = real time for a task file)")
     g.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", dest="settings",
                    help="initial planner option, cost weight, model.* or plant.* key (repeatable)")
     g.add_argument("--options", type=Path, default=None, metavar="FILE.toml",
@@ -52,20 +54,23 @@ def add_gui_parser(sub) -> None:
 
 
 def load_gui_task(name: str):
-    """The :class:`~contactopt.task.Task` of a task file or a bundled task name."""
+    """``(task, target slowdown)``: the :class:`~contactopt.task.Task` of a task file or a bundled
+    task name, and the wall seconds per simulated second it is meant to run at
+    (:attr:`~contactopt.tasks.TaskSpec.target_slowdown`; 1.0 for a task file)."""
     from ..cli import _is_task_file
 
     if _is_task_file(name):
         from ..task import load_task_file
 
-        return load_task_file(name)
+        return load_task_file(name), 1.0
     from ..tasks import load_task
 
-    task = load_task(name).task()
+    spec = load_task(name)
+    task = spec.task()
     if task is None:
         raise ParameterError(f"task {name!r} has no planner-independent form; the GUI runs tasks that do "
                              "and task files")
-    return task
+    return task, spec.target_slowdown
 
 
 def cmd_gui(args) -> int:
@@ -81,21 +86,22 @@ def cmd_gui(args) -> int:
         raise ParameterError(f"--port must be in 1..65535, got {args.port}")
     if args.seed < 0:
         raise ParameterError(f"--seed must be >= 0, got {args.seed}")
-    if not (math.isfinite(args.slowdown) and args.slowdown > 0):
+    if args.slowdown is not None and not (math.isfinite(args.slowdown) and args.slowdown > 0):
         raise ParameterError(f"--slowdown must be a positive number, got {args.slowdown}")
     if not (math.isfinite(args.scene_hz) and 0 < args.scene_hz <= 240):
         raise ParameterError(f"--scene-hz must be in (0, 240], got {args.scene_hz}")
     if not args.out_dir.is_dir():
         raise ParameterError(f"--out-dir {args.out_dir}: no such directory")
     settings = {**load_options_file(args.options), **_parse_settings(args.settings)}
-    task = load_gui_task(args.task)
+    task, target_slowdown = load_gui_task(args.task)
+    slowdown = args.slowdown if args.slowdown is not None else target_slowdown
 
     from ..mpc.live import LiveRun
     from .app import GuiApp
 
     if args.pause_at is not None and not (math.isfinite(args.pause_at) and args.pause_at > 0):
         raise ParameterError(f"--pause-at must be a positive number of seconds, got {args.pause_at}")
-    run = LiveRun(task, args.planner, settings=settings, seed=args.seed, slowdown=args.slowdown)
+    run = LiveRun(task, args.planner, settings=settings, seed=args.seed, slowdown=slowdown)
     run.pause_at = args.pause_at
     app = GuiApp(run, host=args.host, port=args.port, token=args.token, out_dir=args.out_dir,
                  scene_hz=args.scene_hz)

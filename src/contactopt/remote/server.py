@@ -98,7 +98,8 @@ def load_served_task(name_or_file: str):
     if name_or_file.endswith(".py") or os.sep in name_or_file or Path(name_or_file).is_file():
         from ..task import load_task_file
 
-        return load_task_file(name_or_file), "ilqg"
+        task = load_task_file(name_or_file)
+        return task, task.default_planner
     from ..tasks import available_tasks, load_task
 
     spec = load_task(name_or_file)
@@ -265,7 +266,8 @@ class PolicyServer:
 
     Args:
       task: the :class:`~contactopt.task.Task` every session plans for.
-      planner: default planner of a session that names none.
+      planner: default planner of a session that names none (None: the task's
+        :attr:`~contactopt.task.Task.default_planner`).
       host, port: where to listen (port 0 picks a free one; :attr:`port` after :meth:`start`).
       token: the shared secret clients send as ``authorization: Bearer TOKEN`` (required
         unless ``host`` is loopback).
@@ -280,7 +282,8 @@ class PolicyServer:
         unreadable TLS files, or a bad limit.
     """
 
-    def __init__(self, task, *, planner: str = "ilqg", host: str = "127.0.0.1", port: int = 50051,
+    def __init__(self, task, *, planner: str | None = None, host: str = "127.0.0.1",
+                 port: int = 50051,
                  token: str | None = None, tls_cert=None, tls_key=None, max_sessions: int = 4,
                  idle_timeout: float = 30.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
                  settings: dict | None = None, workers: int | None = None):
@@ -291,6 +294,7 @@ class PolicyServer:
             raise ParameterError(f"PolicyServer: task must be a contactopt.Task, got {type(task).__name__}")
         grpc_module()  # a missing [server] extra fails here, in one line
         pb()
+        planner = planner or task.default_planner
         registry.spec(planner)
         if not is_loopback(host) and not token:
             raise ParameterError(f"--host {host} is not a loopback address: a token is required (--token-file)")

@@ -34,7 +34,8 @@ def add_sweep_parser(sub) -> None:
                                    "same --out skips the runs already there).")
     s.add_argument("task", metavar="TASK_OR_FILE", help="bundled task name, or a Python task file")
     s.add_argument("--planner", default=None,
-                   help="planner (default: ilqg for a task file, else the task's first)")
+                   help="planner (default: the task's first; ilqg for a task file without "
+                        "planner_options)")
     s.add_argument("--seeds", required=True, metavar="A:B", help="seeds A..B-1 (or N for 0:N)")
     s.add_argument("--grid", action="append", default=None, metavar="KEY=V1,V2,...",
                    help="a grid axis over a --set key of run, e.g. horizon=0.3,0.5 or weight.qpos=1,10 "

@@ -192,7 +192,8 @@ def plan_sweep(task_ref: str, *, planner: str | None = None, seeds: range, grid=
 
     Args:
       task_ref: a bundled task name or a task file.
-      planner: registered planner (default: ``ilqg`` for a task file, else the task's first).
+      planner: registered planner (default: a task file's
+        :attr:`~contactopt.task.Task.default_planner`, else the bundled task's first).
       seeds: non-empty range of seeds.
       grid: ``[(KEY, [V1, ...]), ...]`` (:func:`parse_grid`); keys are the ``--set`` keys of ``run``.
       seconds: simulated seconds per run (> 0; None: the task's).
@@ -231,7 +232,7 @@ def plan_sweep(task_ref: str, *, planner: str | None = None, seeds: range, grid=
         from ..task import load_task_file
 
         task = load_task_file(str(path))
-        ref, kind, planner = str(path.resolve()), "file", planner or "ilqg"
+        ref, kind, planner = str(path.resolve()), "file", planner or task.default_planner
     else:
         from ..tasks import load_task
 

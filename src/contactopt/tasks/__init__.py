@@ -81,6 +81,13 @@ class TaskSpec:
         return None if self.task_factory is None else self.task_factory()
 
     @property
+    def target_slowdown(self) -> float:
+        """Wall seconds per simulated second at which the task is meant to run: the largest
+        ``target_slowdown`` of its runners' task definitions (1 = real time when none has one)."""
+        return max((float(getattr(getattr(r, "task", None), "target_slowdown", 1.0))
+                    for r in self.runners.values()), default=1.0)
+
+    @property
     def planners(self) -> tuple[str, ...]:
         """Names of the planners that can run this task, sorted."""
         return tuple(sorted(self.runners))
