@@ -178,6 +178,25 @@ def test_bad_input_is_one_line_error(args, words):
     assert proc.stderr.startswith("contactopt: error: ") and proc.stderr.count("\n") == 1
 
 
+def test_a_mujoco_gl_value_mujoco_rejects_is_one_line_and_only_when_rendering(tmp_path):
+    """MuJoCo's bindings raise at import for an unknown MUJOCO_GL; contactopt still imports, runs
+    what needs no OpenGL, and refuses a video in one line before simulating."""
+    env = {**os.environ, "MUJOCO_GL": "no-such-backend"}
+    video = tmp_path / "x.mp4"
+    proc = subprocess.run(CLI + ["simulate", "ball", "--seconds", "0.1", "--video", str(video)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("contactopt: error: MUJOCO_GL='no-such-backend' is not a")
+    assert proc.stderr.count("\n") == 1 and "egl" in proc.stderr and not video.exists()
+    proc = subprocess.run(CLI + ["simulate", "ball", "--seconds", "0.1", "--json"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    code = "import os, contactopt; print(os.environ['MUJOCO_GL'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "no-such-backend", out.stderr
+
+
 def test_malformed_model_file(tmp_path):
     bad = tmp_path / "bad.xml"
     bad.write_text("<mujoco><worldbody><body></mujoco>")

@@ -16,6 +16,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from ._gl_env import import_mujoco_despite_bad_gl
+
+import_mujoco_despite_bad_gl()  # a bad MUJOCO_GL fails at rendering, with a clear error
+
+
 from .errors import (
     ContactoptError,
     ModelError,

@@ -269,6 +269,10 @@ def cmd_simulate(args) -> int:
             raise ParameterError(f"{flag}: directory {path.parent} does not exist")
     if args.plot is not None and args.plot.suffix.lower() != ".png":
         raise ParameterError(f"--plot path must end in .png, got {args.plot}")
+    if args.video is not None:
+        from .render import gl_backend
+
+        gl_backend()  # no usable OpenGL fails now, not after the simulation
 
     contact_model = None
     if args.kappa is not None:
@@ -425,6 +429,10 @@ def _check_run_args(args) -> None:
     if args.video is not None and (args.width <= 0 or args.height <= 0 or args.width % 2 or args.height % 2):
         raise ParameterError(f"--width and --height must be positive and even for H.264 video, "
                              f"got {args.width}x{args.height}")
+    if args.video is not None:
+        from .render import gl_backend
+
+        gl_backend()  # no usable OpenGL fails now, not after the run
     if args.slowdown is not None and not (math.isfinite(args.slowdown) and args.slowdown > 0):
         raise ParameterError(f"--slowdown must be a positive number, got {args.slowdown}")
     if args.lag is not None and not (math.isfinite(args.lag) and args.lag >= 0):

@@ -48,8 +48,14 @@ def gl_backend() -> str:
     """Name of the OpenGL backend used for offscreen rendering: ``"egl"``, ``"osmesa"`` or ``"glfw"``.
 
     Raises:
-      RenderError: no backend can create a context; the message says what to install.
+      RenderError: ``MUJOCO_GL`` holds a value MuJoCo rejects, or no backend can create a
+        context; the message says what to set or install.
     """
+    from ._gl_env import invalid_mujoco_gl
+
+    bad = invalid_mujoco_gl()
+    if bad is not None:
+        raise RenderError(bad)
     chosen = os.environ.get("MUJOCO_GL", "").strip().lower()
     if chosen:
         return chosen
