@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -119,7 +120,7 @@ def _quat_matrix(wxyz) -> np.ndarray:
                      [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
 
 
-def _drag_push_handle(page, server):
+def _drag_push_handle(page, server, tmp_path):
     """Press on the drag handle's x arrow (projected through the page's own camera, reported in
     state.json), drag along it and release: the page sends the drag, the server pushes the
     selected body (logged, the state jumps) and the handle snaps back."""
@@ -155,9 +156,18 @@ def _drag_push_handle(page, server):
         try:
             s5 = server.wait(pushed, timeout=10.0 if attempt < 2 else 30.0, what="the drag's push")
             break
-        except AssertionError:
+        except AssertionError as exc:
+            # keep what the page showed and where the mouse went, for the dropped drag's cause
+            shot = tmp_path / f"dropped-drag-{attempt}.png"
+            page.screenshot(path=str(shot))
+            seen = server.state()
+            detail = (f"drag {attempt + 1} of 3 gave no push: mouse {grab} -> {end} on canvas "
+                      f"{box}, "
+                      f"handle {seen['push_handle']} (was {origin.tolist()}), camera "
+                      f"{seen['cameras'][:1]} (was {cam}), screenshot {shot}")
             if attempt == 2:
-                raise
+                raise AssertionError(f"{exc}; {detail}") from None
+            warnings.warn(detail, stacklevel=1)  # shown in the run's summary even if a retry passes
     assert s5["status"]["paused"]
     np.testing.assert_allclose(s5["push_handle"], origin, atol=0.05)  # snapped back to the body
 
@@ -221,7 +231,7 @@ def test_browser_drives_the_run(tmp_path):
             assert s4["time"] == t_paused and s4["status"]["paused"]
 
             # drag the push handle's x arrow in the 3-D view with the mouse: on release, an impulse
-            _drag_push_handle(page, server)
+            _drag_push_handle(page, server, tmp_path)
 
             # a goal generated from the cost (the tip's SitePosition): typed into its field, it
             # reaches the planner (logged) and its marker; a malformed one is refused
