@@ -16,10 +16,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from ._gl_env import import_mujoco_despite_bad_gl
-
-import_mujoco_despite_bad_gl()  # a bad MUJOCO_GL fails at rendering, with a clear error
-
+# first: imports mujoco even under a MUJOCO_GL it rejects (rendering then says so, in one line)
+from . import _gl_env  # noqa: F401
 
 from .errors import (
     ContactoptError,

@@ -7,7 +7,8 @@ with it every ``contactopt`` command, would end in a traceback, rendering or not
 duration of the import (it falls back to its default backend, as with ``MUJOCO_GL`` unset) and
 restores it; :func:`invalid_mujoco_gl` then names the value so that rendering, the only thing
 that uses it, fails with a clear :class:`~contactopt.errors.RenderError` instead
-(:func:`contactopt.render.gl_backend`).  This module must not import ``mujoco`` at top level.
+(:func:`contactopt.render.gl_backend`).  Importing this module does the import (``contactopt``
+imports it before anything else); it must not import ``mujoco`` at top level.
 """
 
 from __future__ import annotations
@@ -59,3 +60,6 @@ def invalid_mujoco_gl() -> str | None:
                        if v in valid_mujoco_gl_values())
     return (f"MUJOCO_GL={value!r} is not a rendering backend MuJoCo knows; set it to one of "
             f"{usable}, or unset it to let contactopt pick one")
+
+
+import_mujoco_despite_bad_gl()
