@@ -111,6 +111,42 @@ def _acrobot_planner(**kw):
     return m, IDTOPlanner(pr, initial_iterations=5, kp=10.0, kd=1.0, **kw)
 
 
+def test_a_stateful_nominal_is_called_once_per_state_and_is_the_first_guess():
+    """A nominal that keeps state between calls (here: each call moves its rows on, as a warm-
+    started inverse kinematics does) gives the runner's first update, from the very state of the
+    reset, the rows of the reset; and the first plan of an IDTO task whose guess is its nominal
+    starts from the rows it tracks, not from a second call."""
+    from contactopt.tasks.idto_task import IDTOTask, build_idto_planner
+
+    calls = []
+
+    def make_nominal(model, T, h):
+        def nominal(t, x):
+            calls.append((t, x[:2].copy()))
+            q = np.tile([0.3 + 0.01 * len(calls), 0.0], (T + 1, 1))
+            return q, None
+        return nominal
+
+    task = IDTOTask(name="stateful-nominal", model="acrobot", description="test", horizon=10,
+                    time_step=0.05, weights=dict(Qq=1.0, Qv=0.1, R=0.01, unactuated_penalty=10.0),
+                    contact=None, nominal=make_nominal, initial_guess="nominal", initial_iterations=1,
+                    initial_state=lambda model, data, rng: None, success=lambda model, data: False)
+    guesses = []
+    pl = build_idto_planner(task)
+    solve = pl.solver.solve
+    pl.solver.solve = lambda q, **kw: (guesses.append(q.copy()), solve(q, **kw))[1]
+    x = np.zeros(4)
+    pl.reset(0.0, x)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(guesses[0][1:], pl.problem.q_nom[1:])  # row 0: the measured q
+    rows = pl.problem.q_nom.copy()
+    pl.update(0.0, x)  # the runner's first update: the reset's state again
+    assert len(calls) == 1
+    np.testing.assert_array_equal(pl.problem.q_nom, rows)
+    pl.update(0.05, x)  # a new time: a new call
+    assert len(calls) == 2 and pl.problem.q_nom[0, 0] == pytest.approx(0.32)
+
+
 def test_warm_start_shift_keeps_measured_q_and_trust_radius():
     m, pl = _acrobot_planner()
     x = np.array([0.0, 0.0, 0.0, 0.0])

@@ -293,7 +293,10 @@ class IDTOPlanner(LagCompensation):
       iterations_per_update: iterations per MPC update (≥ 1; the paper uses 1).
       nominal: optional ``nominal(t, x) -> (q_nom, v_nom)`` re-anchoring the target at the
         measured state ``x = [qpos, qvel]`` (arrays as :meth:`IDTOProblem.set_nominal` takes;
-        ``v_nom`` may be None).  Called at every update and at :meth:`reset`.
+        ``v_nom`` may be None).  Called at every update and at :meth:`reset`, once per distinct
+        ``(t, x)``: the runner's first update plans from the same state as :meth:`reset`, and a
+        nominal that keeps state between calls (e.g. inverse kinematics warm-started from its
+        last solution) would otherwise give that plan other rows.
       initial_guess: optional ``initial_guess(t, x) -> q (T+1, nq)`` for :meth:`reset`
         (default: ``q`` held constant).  Row 0 is replaced by the measured ``q``.
       kp, kd: policy gains (``(nu,)`` or scalar, see :class:`IDTOPolicy`).
@@ -389,6 +392,7 @@ class IDTOPlanner(LagCompensation):
         self._sampler = None
         self._failures_in_row = 0
         self._cold_restart = False
+        self._nominal_at: tuple | None = None  # ((t, x bytes), (q_nom, v_nom)) of the last call
         self._reset_cost = 0.0  # the last cold plan's cost: a floor of the divergence test's baseline
         self.lag_compensation = parse_lag_compensation(lag_compensation)
         self.align_to_knots = bool(align_to_knots)
@@ -458,8 +462,10 @@ class IDTOPlanner(LagCompensation):
         q, v = x[:nq].copy(), x[nq:nq + nv].copy()
         self.problem.set_initial_state(q, v)
         if self.nominal is not None:
-            qn, vn = self.nominal(float(t), x)
-            self.problem.set_nominal(qn, vn)
+            key = (float(t), x.tobytes())
+            if self._nominal_at is None or self._nominal_at[0] != key:
+                self._nominal_at = (key, self.nominal(float(t), x))
+            self.problem.set_nominal(*self._nominal_at[1])
         return self.problem.q_init
 
     def shifted_guess(self, t: float, q_meas) -> np.ndarray:

@@ -159,7 +159,12 @@ def build_idto_planner(task: IDTOTask, model: mujoco.MjModel | None = None, *, w
     if task.initial_guess is None:
         guess = None
     elif isinstance(task.initial_guess, str):
-        guess = lambda t, x: nominal(t, x)[0]  # noqa: E731  (the planner's own nominal)
+        # the nominal rows the planner has just set for this plan (``reset`` measures, and so
+        # calls the nominal, before it asks for the guess): the first plan starts from the very
+        # rows it tracks.  Calling the nominal again could give others: one that keeps state
+        # between calls (bimanual-box's grasp inverse kinematics, warm-started from its last
+        # solution) moves on by one more call.
+        guess = lambda t, x: problem.q_nom.copy()  # noqa: E731
     else:
         guess = task.initial_guess(m, task.horizon, task.time_step)
     planner = IDTOPlanner(problem, plant_model=m, options=options, initial_iterations=task.initial_iterations,
