@@ -129,7 +129,8 @@ def test_a_stateful_nominal_is_called_once_per_state_and_is_the_first_guess():
 
     task = IDTOTask(name="stateful-nominal", model="acrobot", description="test", horizon=10,
                     time_step=0.05, weights=dict(Qq=1.0, Qv=0.1, R=0.01, unactuated_penalty=10.0),
-                    contact=None, nominal=make_nominal, initial_guess="nominal", initial_iterations=1,
+                    contact=None, nominal=make_nominal, initial_guess="nominal",
+                    initial_iterations=1,
                     initial_state=lambda model, data, rng: None, success=lambda model, data: False)
     guesses = []
     pl = build_idto_planner(task)
