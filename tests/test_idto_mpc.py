@@ -114,8 +114,8 @@ def _acrobot_planner(**kw):
 def test_a_stateful_nominal_is_called_once_per_state_and_is_the_first_guess():
     """A nominal that keeps state between calls (here: each call moves its rows on, as a warm-
     started inverse kinematics does) gives the runner's first update, from the very state of the
-    reset, the rows of the reset; and the first plan of an IDTO task whose guess is its nominal
-    starts from the rows it tracks, not from a second call."""
+    reset, the rows of the reset (once); and the first plan of an IDTO task whose guess is its
+    nominal starts from the rows it tracks, not from a second call."""
     from contactopt.tasks.idto_task import IDTOTask, build_idto_planner
 
     calls = []
@@ -146,6 +146,8 @@ def test_a_stateful_nominal_is_called_once_per_state_and_is_the_first_guess():
     np.testing.assert_array_equal(pl.problem.q_nom, rows)
     pl.update(0.05, x)  # a new time: a new call
     assert len(calls) == 2 and pl.problem.q_nom[0, 0] == pytest.approx(0.32)
+    pl.update(0.05, x)  # the same state again (a paused plant, whose goals may change): a call
+    assert len(calls) == 3 and pl.problem.q_nom[0, 0] == pytest.approx(0.33)
 
 
 def test_warm_start_shift_keeps_measured_q_and_trust_radius():

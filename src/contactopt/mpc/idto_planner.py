@@ -293,10 +293,11 @@ class IDTOPlanner(LagCompensation):
       iterations_per_update: iterations per MPC update (≥ 1; the paper uses 1).
       nominal: optional ``nominal(t, x) -> (q_nom, v_nom)`` re-anchoring the target at the
         measured state ``x = [qpos, qvel]`` (arrays as :meth:`IDTOProblem.set_nominal` takes;
-        ``v_nom`` may be None).  Called at every update and at :meth:`reset`, once per distinct
-        ``(t, x)``: the runner's first update plans from the same state as :meth:`reset`, and a
-        nominal that keeps state between calls (e.g. inverse kinematics warm-started from its
-        last solution) would otherwise give that plan other rows.
+        ``v_nom`` may be None).  Called at :meth:`reset` and at every update, except that the
+        first update after a reset, when it plans from the reset's very ``(t, x)`` (the runner's
+        first update does), reuses the reset's rows: a nominal that keeps state between calls
+        (e.g. inverse kinematics warm-started from its last solution) would otherwise give that
+        plan other rows.  Any other update calls it (a paused plant's goals may change).
       initial_guess: optional ``initial_guess(t, x) -> q (T+1, nq)`` for :meth:`reset`
         (default: ``q`` held constant).  Row 0 is replaced by the measured ``q``.
       kp, kd: policy gains (``(nu,)`` or scalar, see :class:`IDTOPolicy`).
@@ -392,7 +393,7 @@ class IDTOPlanner(LagCompensation):
         self._sampler = None
         self._failures_in_row = 0
         self._cold_restart = False
-        self._nominal_at: tuple | None = None  # ((t, x bytes), (q_nom, v_nom)) of the last call
+        self._nominal_at: tuple | None = None  # ((t, x bytes), rows) of the reset, until reused
         self._reset_cost = 0.0  # the last cold plan's cost: a floor of the divergence test's baseline
         self.lag_compensation = parse_lag_compensation(lag_compensation)
         self.align_to_knots = bool(align_to_knots)
@@ -454,7 +455,7 @@ class IDTOPlanner(LagCompensation):
                 cost.schedule(t, np.asarray(x, dtype=float), self.T + 1)
                 done.append(cost)
 
-    def _measure(self, t, x):
+    def _measure(self, t, x, *, reset: bool = False):
         nq, nv = self.problem.nq, self.problem.nv
         x = as_array("x", x, (None,), max_abs=MAX_STATE_VALUE)  # MuJoCo resets states beyond 1e10
         if x.size < nq + nv:
@@ -462,10 +463,15 @@ class IDTOPlanner(LagCompensation):
         q, v = x[:nq].copy(), x[nq:nq + nv].copy()
         self.problem.set_initial_state(q, v)
         if self.nominal is not None:
-            key = (float(t), x.tobytes())
-            if self._nominal_at is None or self._nominal_at[0] != key:
-                self._nominal_at = (key, self.nominal(float(t), x))
-            self.problem.set_nominal(*self._nominal_at[1])
+            key, at_reset = (float(t), x.tobytes()), self._nominal_at
+            self._nominal_at = None
+            if at_reset is not None and at_reset[0] == key:
+                rows = at_reset[1]  # the first update from the reset's own state
+            else:
+                rows = self.nominal(float(t), x)
+                if reset:
+                    self._nominal_at = (key, rows)
+            self.problem.set_nominal(*rows)
         return self.problem.q_init
 
     def shifted_guess(self, t: float, q_meas) -> np.ndarray:
@@ -531,7 +537,7 @@ class IDTOPlanner(LagCompensation):
         start = time.perf_counter()
         self._schedule_cost(t, x)  # outside the try: a reference that raises is the user's error
         try:
-            q0 = self._measure(t, x)
+            q0 = self._measure(t, x, reset=True)
             if self.initial_guess is not None:
                 qg = as_array("initial_guess", self.initial_guess(float(t), np.asarray(x)),
                               (self.T + 1, self.problem.nq)).copy()
