@@ -106,19 +106,24 @@ def test_a_tasks_nominal_first_guess_is_the_planners_own_nominal():
     import contactopt.tasks.bimanual_box as bb
     from contactopt.errors import ParameterError
 
-    planner = build_idto_planner(bb.BIMANUAL_BOX)
+    planner = build_idto_planner(bb.BIMANUAL_BOX, initial_iterations=1)
     try:
         model = planner.model
         data = mujoco.MjData(model)
         bb.BIMANUAL_BOX.initial_state(model, data, np.random.default_rng(0))
         x = np.concatenate([data.qpos, data.qvel])
-        guess = planner.initial_guess(0.0, x)
-        q_nom, _ = planner.nominal(0.0, x)
-        # equal up to the grasp IK, which each call warm-starts from the previous call's solution
-        np.testing.assert_allclose(guess, q_nom, atol=1e-2)
+        guesses = []
+        solve = planner.solver.solve
+        planner.solver.solve = lambda q, **kw: (guesses.append(q.copy()), solve(q, **kw))[1]
+        assert planner.reset(0.0, x).policy is not None
+        guess = guesses[0]
         assert guess.shape == (planner.T + 1, model.nq)
+        # exactly the rows the first plan tracks (the nominal is not called a second time: its
+        # grasp IK, warm-started from its last call, would move on); row 0 is the measured q
+        np.testing.assert_array_equal(guess[1:], planner.problem.q_nom[1:])
+        np.testing.assert_array_equal(guess[0], x[:model.nq])
         # the hands of the guess are closed on the box, not where they start
-        assert np.abs(guess[0, :14] - x[:14]).max() > 0.05
+        assert np.abs(guess[1, :14] - x[:14]).max() > 0.05
         assert planner.nominal.schedule.index == 0  # the same schedule object, still on the slide
     finally:
         planner.close()
