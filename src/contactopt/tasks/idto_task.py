@@ -46,9 +46,10 @@ class IDTOTask:
         latched at its first true (see :func:`~contactopt.mpc.run_mpc`).
       initial_guess: optional ``(model, T, h) -> initial_guess(t, x) -> q (T+1, nq)``: the first
         plan's starting trajectory (default: ``q`` held; see :class:`~contactopt.mpc.IDTOPlanner`),
-        or ``"nominal"``: the configurations ``q_nom`` of the planner's own ``nominal(t, x)`` (the
-        same call, so a nominal with a target schedule starts the plan on the active target; the
-        task form's ``first_guess="reference"``).
+        or ``"nominal"``: the rows ``q_nom`` the first plan tracks, from the planner's own
+        ``nominal(t, x)`` call at the reset (no second call, so a nominal with a target schedule
+        or a warm-started inverse kinematics starts the plan on the rows it tracks; the task
+        form's ``first_guess="reference"``).
       planner_model: optional ``(model) -> None`` that edits the planner's own model before
         the problem is built (e.g. collision filters the compliant model should see); the
         plant is never edited.
