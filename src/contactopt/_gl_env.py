@@ -39,12 +39,9 @@ def valid_mujoco_gl_values() -> tuple[str, ...]:
 def import_mujoco_despite_bad_gl() -> None:
     """Import ``mujoco``; a ``MUJOCO_GL`` value it would reject is hidden during the import and
     named later by :func:`invalid_mujoco_gl`.  A no-op once ``mujoco`` is imported."""
-    if "mujoco" in sys.modules:
+    if "mujoco" in sys.modules or invalid_mujoco_gl() is None:
         return
-    value = os.environ.get("MUJOCO_GL")
-    if value is None or value.strip().lower() in valid_mujoco_gl_values():
-        return
-    del os.environ["MUJOCO_GL"]
+    value = os.environ.pop("MUJOCO_GL")
     try:
         import mujoco  # noqa: F401
     finally:
