@@ -30,14 +30,18 @@ def unit_quat(name: str, q) -> np.ndarray:
 
 def quat_multiply(a, b) -> np.ndarray:
     """Hamilton product ``a ⊗ b`` of two ``(4,)`` quaternions ``(w, x, y, z)`` (not normalized)."""
-    a = as_array("a", a, (4,))
-    b = as_array("b", b, (4,))
-    w1, x1, y1, z1 = a
-    w2, x2, y2, z2 = b
-    return np.array([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
-                     w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-                     w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
-                     w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])
+    return _hamilton_product(as_array("a", a, (4,)), as_array("b", b, (4,)))
+
+
+def _hamilton_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamilton product of quaternions ``a (..., 4)`` and ``b (..., 4)`` ``(w, x, y, z)``,
+    broadcast over the leading axes; returns ``(..., 4)``.  Unchecked: callers validate."""
+    w1, x1, y1, z1 = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
+    w2, x2, y2, z2 = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
+    return np.stack(np.broadcast_arrays(w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
+                                        w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+                                        w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+                                        w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2), axis=-1)
 
 
 def quat_conjugate(q) -> np.ndarray:
@@ -103,12 +107,8 @@ def rotation_vector_difference(q, q_ref) -> np.ndarray:
     Vectorized: the batched configuration residual evaluates every stage with it."""
     q = np.asarray(q, dtype=float)
     r = np.asarray(q_ref, dtype=float)
-    w1, x1, y1, z1 = r[..., 0], -r[..., 1], -r[..., 2], -r[..., 3]
-    w2, x2, y2, z2 = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    pw = w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2
-    v = np.stack(np.broadcast_arrays(w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-                                     w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
-                                     w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2), axis=-1)
+    p = _hamilton_product(r * np.array([1.0, -1.0, -1.0, -1.0]), q)
+    pw, v = p[..., 0], p[..., 1:]
     s = np.sqrt(np.sum(v * v, axis=-1))
     angle = 2.0 * np.arctan2(s, pw)
     angle = np.where(angle > np.pi, angle - 2.0 * np.pi, angle)
