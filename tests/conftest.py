@@ -1,10 +1,13 @@
-"""Shared fixtures: small hand-written models exercising every joint type."""
+"""Shared fixtures: small hand-written models exercising every joint type; the ``realtime``
+marker's guard."""
 
 import mujoco
 import numpy as np
 import pytest
 
 from contactopt.testing import finite_difference_jacobian
+
+pytest_plugins = ["pytester"]  # tests/test_repository.py runs the realtime guard in a child pytest
 
 # A free body, a ball joint, a hinge with a geared motor, a slide, a tendon-driven
 # hinge pair and a position servo: every transmission/joint kind the helpers handle.
@@ -81,3 +84,46 @@ def dense_fd_jacobian(problem, q, step=1e-6):
     perturbations of ``q`` (central differences): ``(num_residuals, num_variables)``."""
     return finite_difference_jacobian(problem.residuals, q, eps=step, retract=problem.retract,
                                       dim=problem.num_variables)
+
+
+# --- the ``realtime`` marker ----------------------------------------------------------------
+# The README's test command runs the suite in two passes: everything not marked ``realtime`` on
+# all cores (pytest-xdist), then the ``realtime`` tests one at a time.  A test is ``realtime`` when
+# its outcome depends on the wall clock: an MPC run in async mode or with the measured lag, a
+# live GUI or browser, a network client timing a server.  Such a test must not share the machine
+# with other tests, so the guard below fails any test that builds async or measured-lag
+# MPCSettings without the marker (closed loops at a fixed simulated lag are deterministic and
+# run in parallel).
+
+_WALL_CLOCK_SETTINGS: list[str] = []
+
+
+def pytest_configure(config):
+    from contactopt.mpc import runner
+
+    original = runner.MPCSettings.__post_init__
+
+    def recording_post_init(self):
+        original(self)
+        if self.mode == "async" or self.lag == "measured":
+            _WALL_CLOCK_SETTINGS.append(f"mode={self.mode!r}, lag={self.lag!r}")
+
+    runner.MPCSettings.__post_init__ = recording_post_init
+    config._contactopt_mpc_post_init = (runner.MPCSettings, original)
+
+
+def pytest_unconfigure(config):
+    saved = getattr(config, "_contactopt_mpc_post_init", None)
+    if saved is not None:
+        saved[0].__post_init__ = saved[1]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    start = len(_WALL_CLOCK_SETTINGS)
+    result = yield
+    if len(_WALL_CLOCK_SETTINGS) > start and item.get_closest_marker("realtime") is None:
+        pytest.fail(f"{item.nodeid} builds MPCSettings({_WALL_CLOCK_SETTINGS[start]}), whose "
+                    "outcome depends on the wall clock: mark it @pytest.mark.realtime (it then "
+                    "runs alone, not beside other tests) or give it a fixed lag", pytrace=False)
+    return result

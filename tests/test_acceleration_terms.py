@@ -80,6 +80,7 @@ def test_a_task_with_acceleration_terms_runs_with_gdd_and_is_refused_by_the_othe
     planner.close()
 
 
+@pytest.mark.realtime
 def test_the_goal_directed_reacher_succeeds_over_a_seed_range():
     from contactopt.mpc.task_runner import run_task
 

@@ -132,6 +132,7 @@ def test_json_rows_of_a_closed_loop_pair(tmp_path):
     assert (tmp_path / "tasks.png").stat().st_size > 1000
 
 
+@pytest.mark.realtime
 @pytest.mark.slow
 def test_async_rows_run_in_real_time():
     """``--async``: the pendulum task file with iLQG over two seeds, planner and plant in their own

@@ -250,6 +250,7 @@ def _still_cost(model):
     return [CostTerm(Qvel(model)), CostTerm(Control(model), weight=1e-3)]
 
 
+@pytest.mark.realtime
 def test_mpc_recording_grows_in_chunks():
     """Was: the MPC plant recorder allocated ``duration / record_period`` rows up front
     (``run … --seconds 1e9``: hundreds of GiB); then it doubled its buffers, whose freed copies

@@ -54,6 +54,7 @@ def test_the_forms_run_with_gdd_only(name):
     assert task.failure(m, d)
 
 
+@pytest.mark.realtime
 @pytest.mark.parametrize("name", ["humanoid-reach", "hand-reach"])
 def test_the_forms_reach_every_goal_over_a_seed_range(name):
     task = load_task(name).task()

@@ -19,7 +19,7 @@ from contactopt.mpc.task_runner import run_task
 
 SEEDS = tuple(range(6))
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realtime]
 
 
 def _live_success(app, seed: int, duration: float, wall_limit: float) -> bool:

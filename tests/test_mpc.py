@@ -80,6 +80,7 @@ def test_update_period_spaces_updates(acrobot):
     assert res.summary()["replan_hz"] == pytest.approx(50.0, rel=0.05)
 
 
+@pytest.mark.realtime
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_planners_own_update_period_spaces_updates_in_both_modes(acrobot, mode):
     # the planner's ``update_period`` attribute (every registered planner's option) is read
@@ -112,6 +113,7 @@ def test_the_update_grid_advances_one_period_and_restarts_when_late():
     assert next_update_start(1.0, 0.02, 1.05) == pytest.approx(1.05)  # late: from now, no backlog
 
 
+@pytest.mark.realtime
 def test_a_planner_period_that_is_not_a_number_is_ignored(acrobot):
     from contactopt.mpc.runner import planner_update_period
 
@@ -123,6 +125,7 @@ def test_a_planner_period_that_is_not_a_number_is_ignored(acrobot):
     assert planner_update_period(RecordingPlanner(acrobot.nu), settings) == 0.01
 
 
+@pytest.mark.realtime
 @pytest.mark.parametrize("mode, period", [("sync", 0.02), ("async", 0.02), ("async", 0.0)])
 def test_min_lag_holds_each_policy_back_in_both_modes(acrobot, mode, period):
     """A planner's ``min_lag`` attribute: no policy takes effect earlier than that long after the
@@ -208,6 +211,7 @@ def test_sync_runs_are_deterministic_with_ilqg(acrobot):
     assert a.qpos[-1, 0] > 0.02  # moving toward the target (passively it stays at 0)
 
 
+@pytest.mark.realtime
 def test_push_moves_the_plant(acrobot):
     runs = []
     for pushes in ((), (Push(0.02, 0.05, "lower_arm", force=(50.0, 0.0, 0.0)),)):
@@ -249,6 +253,7 @@ def test_failure_is_latched(acrobot):
     assert res.simulated_time == pytest.approx(0.2, abs=0.01)
 
 
+@pytest.mark.realtime
 def test_async_mode_measures_lag(acrobot):
     d = mujoco.MjData(acrobot)
 
@@ -271,6 +276,7 @@ def test_async_mode_measures_lag(acrobot):
     assert 0.2 < res.realtime_factor <= 1.1
 
 
+@pytest.mark.realtime
 def test_async_mode_a_fast_planner_waits_for_the_plant(acrobot):
     # A planner done before the plant has moved waits for the next step (at most REPLAN_WAIT)
     # instead of re-solving the same state in a tight loop, which kept the plant thread waiting
@@ -289,6 +295,7 @@ def test_async_mode_a_fast_planner_waits_for_the_plant(acrobot):
     assert res.simulated_time == pytest.approx(0.2, abs=2 * acrobot.opt.timestep)
 
 
+@pytest.mark.realtime
 def test_async_planner_error_is_raised(acrobot):
     class Broken(RecordingPlanner):
         def update(self, t, x):
@@ -355,6 +362,7 @@ def test_bad_settings(kwargs, words):
         MPCSettings(**kwargs)
 
 
+@pytest.mark.realtime
 def test_bad_initial_state_and_initial_plan(acrobot):
     d = mujoco.MjData(acrobot)
     d.qpos[0] = np.nan

@@ -49,6 +49,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.realtime
 def test_serve_and_run_remote_with_token(tmp_path, capsys):
     pytest.importorskip("grpc")
     token = tmp_path / "token"

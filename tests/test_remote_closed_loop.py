@@ -10,6 +10,8 @@ from contactopt.mpc.task_runner import run_task
 from contactopt.remote import PolicyServer
 from contactopt.remote.cli import remote_run
 
+pytestmark = pytest.mark.realtime  # async closed loops over loopback: the wall clock sets the lag
+
 SEEDS = (0, 1, 2)
 
 

@@ -134,6 +134,7 @@ def test_bad_options():
         rb.run(tasks=["acrobot"], plots="/nowhere/at/all")
 
 
+@pytest.mark.realtime
 @pytest.mark.slow
 def test_bench_robustness_on_a_task_file_end_to_end(tmp_path):
     """The pendulum task file (not a bundled task) with iLQG over the latency grid, one seed:
@@ -153,6 +154,7 @@ def test_bench_robustness_on_a_task_file_end_to_end(tmp_path):
     assert proc.returncode == 1 and "contactopt: error:" in proc.stderr and "nope" in proc.stderr
 
 
+@pytest.mark.realtime
 @pytest.mark.slow
 def test_bench_robustness_deterministic_runs_at_the_calibrated_fixed_lag(tmp_path, monkeypatch):
     """--deterministic: the pair's lag is calibrated once (into the cache under XDG_CACHE_HOME)

@@ -450,6 +450,7 @@ def test_run_file_writes_the_trajectory(tmp_path):
     assert np.all(np.isfinite(data["update_cost"][data["update_ok"]]))
 
 
+@pytest.mark.realtime
 @pytest.mark.slow
 @pytest.mark.parametrize("planner, needed", [("ilqg", 8), ("idto", 7)])
 def test_pendulum_example_swings_up_on_seeds_0_to_7(planner, needed):
@@ -482,6 +483,7 @@ def _strong_pendulum(tmp_path):
     return contactopt.load_task_file(task_file)
 
 
+@pytest.mark.realtime
 @pytest.mark.slow
 @pytest.mark.parametrize("planner", ["gdd", "ilqg", "idto"])
 def test_every_planner_swings_up_a_pendulum_that_can_be_held(tmp_path, planner):
@@ -492,6 +494,7 @@ def test_every_planner_swings_up_a_pendulum_that_can_be_held(tmp_path, planner):
     assert wins >= 3
 
 
+@pytest.mark.realtime
 @pytest.mark.parametrize("planner", ["ilqg", "idto"])
 def test_user_code_that_raises_is_one_line_naming_it(tmp_path, capsys, planner):
     """A user residual or success function that raises (a wrong signature, a bug) is a one-line
