@@ -38,10 +38,10 @@ def _hamilton_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     broadcast over the leading axes; returns ``(..., 4)``.  Unchecked: callers validate."""
     w1, x1, y1, z1 = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
     w2, x2, y2, z2 = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
-    return np.stack(np.broadcast_arrays(w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
-                                        w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-                                        w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
-                                        w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2), axis=-1)
+    return np.stack([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
+                     w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+                     w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+                     w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2], axis=-1)
 
 
 def quat_conjugate(q) -> np.ndarray:
