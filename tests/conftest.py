@@ -1,5 +1,7 @@
 """Shared fixtures: small hand-written models exercising every joint type; the ``realtime``
-marker's guard."""
+marker's guard; the numba warm-up before a parallel run."""
+
+import os
 
 import mujoco
 import numpy as np
@@ -127,3 +129,28 @@ def pytest_runtest_call(item):
                     "outcome depends on the wall clock: mark it @pytest.mark.realtime (it then "
                     "runs alone, not beside other tests) or give it a fixed lag", pytrace=False)
     return result
+
+
+# --- numba kernels compiled once, before the parallel workers start ----------------------------
+# On a fresh clone no kernel is cached.  Each xdist worker (and each child process a test starts)
+# that reaches a kernel family before another process has written it to the cache compiles it
+# again: the goal-directed solver alone takes minutes.  The controller therefore compiles every
+# family once (contactopt.warmup: one child process per family, as many at once as there are
+# workers) before it starts the workers.  CONTACTOPT_TEST_WARMUP=0 turns this off.
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own sessionstart, which starts the workers
+def pytest_sessionstart(session):
+    config = session.config
+    workers = config.getoption("numprocesses", default=None)
+    if (hasattr(config, "workerinput") or not isinstance(workers, int) or workers < 1
+            or os.environ.get("CONTACTOPT_TEST_WARMUP", "1") == "0"):
+        return
+    from contactopt.warmup import warm_kernels
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    done = []
+    seconds = warm_kernels(jobs=workers, report=lambda name, s: done.append(f"{name} {s:.0f} s"))
+    if reporter is not None:
+        reporter.write_line(f"numba kernels compiled or loaded before the workers start: "
+                            f"{', '.join(done)} ({max(seconds.values()):.0f} s)")

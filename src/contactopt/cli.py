@@ -1,4 +1,4 @@
-"""The ``contactopt`` command line: ``models``, ``simulate``, ``bench``, ``run``.
+"""The ``contactopt`` command line: ``models``, ``simulate``, ``bench``, ``warmup``, ``run``.
 
 Every user error is one line on stderr (``contactopt: error: ...``) and exit
 status 1; usage errors exit 2 (argparse); an interrupt exits 130 and leaves no
@@ -97,6 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bench soak: acrobot-ilqg, quadruped-idto, humanoid-reach-gdd (repeatable or "
                         "comma-separated; default all)")
     b.set_defaults(func=cmd_bench)
+
+    w = sub.add_parser("warmup", help="compile the numba kernels now (cached on disk), so that a first "
+                                      "run does not stall for minutes")
+    w.add_argument("--family", action="append", default=None, metavar="NAME",
+                   help="only these kernel families (repeatable or comma-separated; default all: "
+                        "gdd, ilqg, idto, convex)")
+    w.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="families compiled at once, one child process each (default: the CPU count)")
+    w.add_argument("--json", action="store_true", help="print JSON instead of one line per family")
+    w.set_defaults(func=cmd_warmup)
 
     r = sub.add_parser("run", help="run a task with a planner (lists the tasks when none is given)")
     r.add_argument("task", nargs="?", metavar="TASK_OR_FILE",
@@ -252,6 +262,25 @@ def cmd_models(args) -> int:
     print(format_table(rows, [("name", "name", "{}"), ("nq", "nq", "{}"), ("nv", "nv", "{}"),
                               ("nu", "nu", "{}"), ("timestep", "h [s]", "{:g}"),
                               ("description", "  description", "  {}")]))
+    return 0
+
+
+def cmd_warmup(args) -> int:
+    """``contactopt warmup``: compile every kernel family (:func:`contactopt.warmup.warm_kernels`)
+    and print the seconds each took."""
+    from .warmup import warm_kernels
+
+    families = None
+    if args.family:
+        families = [name.strip() for item in args.family for name in item.split(",") if name.strip()]
+
+    def report(name: str, seconds: float) -> None:
+        if not args.json:
+            print(f"{name:8s} {seconds:7.1f} s", flush=True)
+
+    seconds = warm_kernels(families, jobs=args.jobs, report=report)
+    if args.json:
+        print(json.dumps({"families": [{"family": k, "seconds": v} for k, v in seconds.items()]}, indent=2))
     return 0
 
 
