@@ -278,6 +278,13 @@ def cmd_warmup(args) -> int:
         if not args.json:
             print(f"{name:8s} {seconds:7.1f} s", flush=True)
 
+    if sys.stderr.isatty():
+        from .warmup import KERNEL_FAMILIES
+
+        names = families or list(KERNEL_FAMILIES)
+        print(f"compiling {', '.join(names)} (minutes the first time on this machine, "
+              "seconds when cached) ...", file=sys.stderr, flush=True)
+
     seconds = warm_kernels(families, jobs=args.jobs, report=report)
     if args.json:
         print(json.dumps({"families": [{"family": k, "seconds": v} for k, v in seconds.items()]}, indent=2))
