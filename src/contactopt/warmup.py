@@ -3,7 +3,7 @@
 The compiled loops (:mod:`contactopt.native`, the iLQG, IDTO and goal-directed solvers, the
 convex and compliant contact models) are numba kernels compiled on first use and cached on disk
 (``cache=True``: next to each module, or under ``NUMBA_CACHE_DIR``).  A first use compiles for
-seconds to minutes (the goal-directed solver alone takes about 2.5 min on one core), which stalls
+seconds to minutes (the goal-directed solver alone takes 2–3.5 min on one core), which stalls
 a first closed loop and makes a real-time run miss its deadlines.  :func:`warm_kernels` compiles
 every *family* of kernels once, each family in its own child process so that several compile at
 once, by running the code path that uses them on a bundled model for a few steps; afterwards
