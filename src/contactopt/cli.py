@@ -265,6 +265,11 @@ def cmd_models(args) -> int:
     return 0
 
 
+def _comma_list(values: list[str]) -> list[str]:
+    """The names of a repeatable, comma-separated option (``--tasks a,b --tasks c``), in order."""
+    return [name.strip() for item in values for name in item.split(",") if name.strip()]
+
+
 def cmd_warmup(args) -> int:
     """``contactopt warmup``: compile every kernel family (:func:`contactopt.warmup.warm_kernels`)
     and print the seconds each took."""
@@ -272,7 +277,7 @@ def cmd_warmup(args) -> int:
 
     families = None
     if args.family:
-        families = [name.strip() for item in args.family for name in item.split(",") if name.strip()]
+        families = _comma_list(args.family)
 
     def report(name: str, seconds: float) -> None:
         if not args.json:
@@ -410,7 +415,7 @@ def cmd_bench(args) -> int:
             else:
                 value = seeds
         elif name in ("tasks", "soaks"):
-            value = [t.strip() for item in value for t in item.split(",") if t.strip()]
+            value = _comma_list(value)
         elif name == "records" and value < 1:
             raise ParameterError(f"--{name} must be >= 1, got {value}")
         elif name == "repeats":
